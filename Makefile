@@ -1,0 +1,31 @@
+# mlsys — two commands for a user: `make demo` and `make test`.
+PY      ?= python3.11
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+export DS_ACCELERATOR ?= cpu
+export DS_BUILD_OPS ?= 0
+
+.PHONY: install demo test lint clean
+
+install: $(STAMP)
+
+# Order matters: torch (CPU build, pinned), then deepspeed without build isolation
+# (its setup imports torch), then the rest and the package itself, editable.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip setuptools wheel
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q --no-build-isolation deepspeed==0.19.8
+	$(BIN)/pip install -q --no-build-isolation -e '.[test]'
+	touch $(STAMP)
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+demo: install
+	$(BIN)/python -m launch.demo
+
+clean:
+	rm -rf runs/demo

@@ -1,0 +1,244 @@
+"""Run config: the schema of a training run, loaded from YAML and validated before anything runs.
+
+Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defaults)::
+
+    name: tiny-bert-vcycle          # the run's name; outputs go to run_dir (default runs/<name>)
+    run_dir: runs/tiny-bert-vcycle
+    model:                          # the level-1 (full size) model
+      family: bert                  # bert -> BertForMaskedLM, gpt -> GPT2LMHeadModel
+      hidden_size: 128
+      num_layers: 4
+      num_heads: 4
+      ffn_size: 512                 # null: 4 x hidden_size
+      max_position: 128             # position table size (>= data.seq_length)
+      vocab_size: null              # null: the tokenizer's vocabulary size
+      dropout: 0.1
+      extra: {}                     # any other Hugging Face config field, passed through
+    data:
+      tokenizer_dir: data/x/tokenizer   # both null: build the default corpus with data_prep
+      data_prefix: data/x/shards/train  # (prepare_dir, prepare_vocab_size)
+      prepare_dir: data/default
+      prepare_vocab_size: 4096
+      seq_length: 128
+      split: "98,1,1"
+      cache_dir: null               # megatron index cache (default <run_dir>/../.cache)
+    train:
+      seed: 1234
+      micro_batch_size: 8           # per rank
+      global_batch_size: 16         # micro x ranks x gradient accumulation
+      weight_decay: 0.01
+      betas: [0.9, 0.999]
+      eps: 1.0e-8
+      grad_clip: 1.0
+      decay: linear                 # per phase, after warmup: linear | cosine | constant
+      min_lr_ratio: 0.1             # lr at the end of a phase, as a fraction of its lr
+      eval_every: 20                # validation every K steps (and at every phase end)
+      eval_batches: 4               # validation set: this many global batches
+      checkpoint_every: 0           # steps; 0: only at transitions, signals and the end
+      keep_checkpoints: 2
+    vcycle:
+      scheme: stride                # stride | adjacent
+      alpha: 0.8                    # interpolation: (1-alpha) * saved + alpha * de-coalesced
+      width: 2                      # per level: 1 or 2
+      depth: 2
+      depth_mapping: copy
+      optimizer: reset              # a fresh optimizer and LR schedule per phase
+    schedule:
+      scale: 1.0                    # multiplies every phase's steps and warmup
+    phases:                         # level 1 = full size; each transition moves one level
+      - {level: 1, steps: 20, lr: 1.0e-3, warmup: 5}
+      - {level: 2, steps: 100, lr: 2.0e-3, warmup: 5}
+      - {level: 1, steps: 100, lr: 1.0e-3, warmup: 10}
+
+``load_run_config(path)`` raises ``ConfigError`` naming the file and every bad field
+(``phases.1.level: ...``) before any model, process group or file is created.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+FAMILY_KIND = {"bert": "bert", "gpt": "gpt"}  # model family -> data kind (masked LM / causal LM)
+
+
+class ConfigError(ValueError):
+    """A run or DeepSpeed config is invalid; the message names the file and the fields."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Strict):
+    family: Literal["bert", "gpt"]
+    hidden_size: int = Field(gt=0)
+    num_layers: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    ffn_size: int | None = Field(default=None, gt=0)
+    max_position: int = Field(default=512, gt=0)
+    vocab_size: int | None = Field(default=None, gt=0)
+    dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> ModelConfig:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"num_heads: {self.num_heads} does not divide "
+                             f"hidden_size {self.hidden_size}")
+        return self
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_size if self.ffn_size is not None else 4 * self.hidden_size
+
+
+class DataConfig(_Strict):
+    tokenizer_dir: str | None = None
+    data_prefix: str | None = None
+    prepare_dir: str = "data/default"
+    prepare_vocab_size: int = Field(default=4096, gt=0)
+    seq_length: int = Field(gt=1)
+    split: str = "98,1,1"
+    cache_dir: str | None = None
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> DataConfig:
+        if (self.tokenizer_dir is None) != (self.data_prefix is None):
+            raise ValueError("tokenizer_dir and data_prefix: give both, or neither "
+                             "(neither: the default corpus is prepared under prepare_dir)")
+        parts = self.split.split(",")
+        if len(parts) != 3 or not all(p.strip().replace(".", "", 1).isdigit() for p in parts):
+            raise ValueError(f"split: expected 'train,valid,test' weights, got {self.split!r}")
+        return self
+
+
+class TrainConfig(_Strict):
+    seed: int = 1234
+    micro_batch_size: int = Field(default=8, gt=0)
+    global_batch_size: int = Field(default=16, gt=0)
+    weight_decay: float = Field(default=0.01, ge=0.0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(default=1e-8, gt=0.0)
+    grad_clip: float = Field(default=1.0, ge=0.0)
+    decay: Literal["linear", "cosine", "constant"] = "linear"
+    min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
+    eval_every: int = Field(default=20, gt=0)
+    eval_batches: int = Field(default=4, gt=0)
+    checkpoint_every: int = Field(default=0, ge=0)
+    keep_checkpoints: int = Field(default=2, gt=0)
+
+
+class VCycleConfig(_Strict):
+    scheme: Literal["stride", "adjacent"] = "stride"
+    alpha: float = Field(default=0.8, ge=0.0, le=1.0)
+    width: Literal[1, 2] = 2
+    depth: Literal[1, 2] = 2
+    depth_mapping: Literal["copy"] = "copy"
+    optimizer: Literal["reset"] = "reset"
+
+
+class ScheduleConfig(_Strict):
+    scale: float = Field(default=1.0, gt=0.0)
+
+
+class PhaseConfig(_Strict):
+    level: int = Field(ge=1)
+    steps: int = Field(gt=0)
+    lr: float = Field(gt=0.0)
+    warmup: int = Field(default=0, ge=0)
+
+
+class RunConfig(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    run_dir: str | None = None
+    model: ModelConfig
+    data: DataConfig
+    train: TrainConfig = TrainConfig()
+    vcycle: VCycleConfig = VCycleConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    phases: list[PhaseConfig] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check_schedule(self) -> RunConfig:
+        if self.phases[0].level != 1:
+            raise ValueError(f"phases.0.level: a run starts at level 1, got {self.phases[0].level}")
+        for i in range(1, len(self.phases)):
+            a, b = self.phases[i - 1].level, self.phases[i].level
+            if abs(a - b) != 1:
+                raise ValueError(f"phases.{i}.level: moves from level {a} to {b}; "
+                                 "each transition moves exactly one level")
+        deepest = max(p.level for p in self.phases)
+        if deepest > 1 and self.vcycle.width == 1 and self.vcycle.depth == 1:
+            raise ValueError("vcycle.width, vcycle.depth: both 1 leave nothing to coalesce")
+        w, d = self.vcycle.width ** (deepest - 1), self.vcycle.depth ** (deepest - 1)
+        m = self.model
+        for field, value, factor in (("num_heads", m.num_heads, w), ("hidden_size",
+                                     m.hidden_size, w), ("ffn_size", m.ffn, w),
+                                     ("num_layers", m.num_layers, d)):
+            if value % factor:
+                raise ValueError(f"model.{field}: {value} is not divisible by {factor}, "
+                                 f"needed to reach level {deepest}")
+        if self.data.seq_length > m.max_position:
+            raise ValueError(f"data.seq_length: {self.data.seq_length} exceeds "
+                             f"model.max_position {m.max_position}")
+        return self
+
+    @property
+    def kind(self) -> str:
+        """Data kind for mlsys.data: 'bert' (masked LM) or 'gpt' (causal LM)."""
+        return FAMILY_KIND[self.model.family]
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.run_dir if self.run_dir is not None else f"runs/{self.name}")
+
+    def phase_steps(self, index: int) -> tuple[int, int]:
+        """(steps, warmup) of phase ``index`` after ``schedule.scale`` (steps at least 1)."""
+        p = self.phases[index]
+        steps = max(1, math.ceil(p.steps * self.schedule.scale - 1e-9))
+        return steps, min(steps, round(p.warmup * self.schedule.scale))
+
+    @property
+    def total_steps(self) -> int:
+        return sum(self.phase_steps(i)[0] for i in range(len(self.phases)))
+
+
+def _format(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"  {loc}: {msg}" if loc else f"  {msg}")
+    return "\n".join(lines)
+
+
+def parse_run_config(data: Any, source: str = "<config>") -> RunConfig:
+    """Validate a mapping; ``ConfigError`` names ``source`` and every bad field."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got "
+                          f"{type(data).__name__}")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(f"{source}: invalid run config\n{_format(err)}") from None
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    """Read and validate a YAML run config (``ConfigError`` on any problem, naming the file)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read run config: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}{where}: YAML error: {getattr(err, 'problem', err)}") from None
+    return parse_run_config(data, str(path))

@@ -1,0 +1,60 @@
+"""BERT (post-LN): BertForMaskedLM, BertForPreTraining. nn.Linear weights are out × in."""
+
+from mlsys.families.base import ConfigFields, Family, inp, out
+
+_H = out("hidden")
+
+BERT = Family(
+    name="bert",
+    classes=("BertForMaskedLM", "BertForPreTraining"),
+    model_type="bert",
+    fields=ConfigFields(
+        hidden="hidden_size", heads="num_attention_heads",
+        ffn="intermediate_size", layers="num_hidden_layers",
+    ),
+    layer_prefix="bert.encoder.layer.",
+    globals={
+        "bert.embeddings.word_embeddings.weight": (out("vocab"), _H),
+        "bert.embeddings.position_embeddings.weight": (out("pos"), _H),
+        "bert.embeddings.token_type_embeddings.weight": (out("type"), _H),
+        "bert.embeddings.LayerNorm.weight": (_H,),
+        "bert.embeddings.LayerNorm.bias": (_H,),
+        "bert.pooler.dense.weight": (_H, inp("hidden")),
+        "bert.pooler.dense.bias": (_H,),
+        "cls.predictions.transform.dense.weight": (_H, inp("hidden")),
+        "cls.predictions.transform.dense.bias": (_H,),
+        "cls.predictions.transform.LayerNorm.weight": (_H,),
+        "cls.predictions.transform.LayerNorm.bias": (_H,),
+        "cls.predictions.decoder.weight": (out("vocab"), inp("hidden")),  # only when untied
+        "cls.predictions.decoder.bias": (out("vocab"),),
+        "cls.predictions.bias": (out("vocab"),),
+        "cls.seq_relationship.weight": (out("labels"), inp("hidden")),
+        "cls.seq_relationship.bias": (out("labels"),),
+    },
+    layer={
+        "attention.self.query.weight": (out("qk"), inp("hidden")),
+        "attention.self.query.bias": (out("qk"),),
+        "attention.self.key.weight": (out("qk"), inp("hidden")),
+        "attention.self.key.bias": (out("qk"),),
+        "attention.self.value.weight": (out("v"), inp("hidden")),
+        "attention.self.value.bias": (out("v"),),
+        "attention.output.dense.weight": (_H, inp("v")),
+        "attention.output.dense.bias": (_H,),
+        "attention.output.LayerNorm.weight": (_H,),
+        "attention.output.LayerNorm.bias": (_H,),
+        "intermediate.dense.weight": (out("ffn"), inp("hidden")),
+        "intermediate.dense.bias": (out("ffn"),),
+        "output.dense.weight": (_H, inp("ffn")),
+        "output.dense.bias": (_H,),
+        "output.LayerNorm.weight": (_H,),
+        "output.LayerNorm.bias": (_H,),
+    },
+    residual_out=(
+        "attention.output.dense.weight", "attention.output.dense.bias",
+        "output.dense.weight", "output.dense.bias",
+    ),
+    head_norm=(
+        "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.bias",
+    ),
+    pre_ln=False,
+)

@@ -1,0 +1,39 @@
+"""GPT-2 (pre-LN): GPT2LMHeadModel. Conv1D weights are in × out; c_attn fuses q, k, v outputs."""
+
+from mlsys.families.base import ConfigFields, Family, inp, out
+
+_H = out("hidden")
+
+GPT2 = Family(
+    name="gpt2",
+    classes=("GPT2LMHeadModel",),
+    model_type="gpt2",
+    fields=ConfigFields(
+        hidden="n_embd", heads="n_head", ffn="n_inner", layers="n_layer", ffn_default_multiple=4,
+    ),
+    layer_prefix="transformer.h.",
+    globals={
+        "transformer.wte.weight": (out("vocab"), _H),
+        "transformer.wpe.weight": (out("pos"), _H),
+        "transformer.ln_f.weight": (_H,),
+        "transformer.ln_f.bias": (_H,),
+        "lm_head.weight": (out("vocab"), inp("hidden")),  # only when untied
+    },
+    layer={
+        "ln_1.weight": (_H,),
+        "ln_1.bias": (_H,),
+        "attn.c_attn.weight": (inp("hidden"), out("qk", "qk", "v")),
+        "attn.c_attn.bias": (out("qk", "qk", "v"),),
+        "attn.c_proj.weight": (inp("v"), _H),
+        "attn.c_proj.bias": (_H,),
+        "ln_2.weight": (_H,),
+        "ln_2.bias": (_H,),
+        "mlp.c_fc.weight": (inp("hidden"), out("ffn")),
+        "mlp.c_fc.bias": (out("ffn"),),
+        "mlp.c_proj.weight": (inp("ffn"), _H),
+        "mlp.c_proj.bias": (_H,),
+    },
+    residual_out=("attn.c_proj.weight", "attn.c_proj.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"),
+    head_norm=("transformer.ln_f.weight", "transformer.ln_f.bias"),
+    pre_ln=True,
+)

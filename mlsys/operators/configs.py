@@ -1,0 +1,92 @@
+"""Config arithmetic: the sizes of the width spaces, the coalesced config, and target checks."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from mlsys.families import Family
+
+# Fields that fix parameter shapes outside the resized spaces: source and target must agree.
+_SHAPE_FIELDS = ("vocab_size", "max_position_embeddings", "n_positions", "type_vocab_size")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Sizes of the resizable spaces of one model, and the unit (element count) of each."""
+
+    hidden: int
+    heads: int
+    head_dim: int
+    ffn: int
+    layers: int
+
+    def size(self, space: str) -> int:
+        return {"hidden": self.hidden, "qk": self.heads * self.head_dim,
+                "v": self.heads * self.head_dim, "ffn": self.ffn}[space]
+
+    def unit(self, space: str) -> int:
+        return self.head_dim if space in ("qk", "v") else 1
+
+
+def sizes_of(config, family: Family) -> Sizes:
+    f = family.fields
+    hidden = getattr(config, f.hidden)
+    heads = getattr(config, f.heads)
+    if heads <= 0 or hidden % heads:
+        raise ValueError(f"{f.heads}: hidden size {hidden} is not divisible by {heads} heads")
+    ffn = getattr(config, f.ffn)
+    if ffn is None:
+        ffn = f.ffn_default_multiple * hidden
+    return Sizes(hidden, heads, hidden // heads, ffn, getattr(config, f.layers))
+
+
+def check_factors(width: int, depth: int) -> None:
+    for name, value in (("width", width), ("depth", depth)):
+        if value not in (1, 2):
+            raise ValueError(f"{name}: must be 1 or 2, got {value!r}")
+
+
+def derive_config(config, family: Family, width: int, depth: int):
+    """The config of ``coalesce(model, width, depth)``: hidden, heads, ffn, layers divided,
+    every other field kept. ValueError names the field that cannot be halved."""
+    check_factors(width, depth)
+    f = family.fields
+    s = sizes_of(config, family)
+    if width == 2:
+        if s.heads % 2:
+            raise ValueError(f"{f.heads}: {s.heads} heads cannot be halved (odd)")
+        if s.ffn % 2:
+            raise ValueError(f"{f.ffn}: {s.ffn} cannot be halved (odd)")
+    if depth == 2 and s.layers % 2:
+        raise ValueError(f"{f.layers}: {s.layers} layers cannot be halved (odd)")
+    small = copy.deepcopy(config)
+    setattr(small, f.hidden, s.hidden // width)
+    setattr(small, f.heads, s.heads // width)
+    if getattr(config, f.ffn) is not None:
+        setattr(small, f.ffn, s.ffn // width)
+    setattr(small, f.layers, s.layers // depth)
+    return small
+
+
+def factors_between(small_config, target_config, family: Family) -> tuple[int, int]:
+    """(width, depth) such that coalescing ``target_config`` gives ``small_config``;
+    ValueError naming the first field that does not match."""
+    f = family.fields
+    target_type = getattr(target_config, "model_type", None)
+    if target_type != family.model_type:
+        raise ValueError(f"model_type: target is {target_type!r}, expected {family.model_type!r}")
+    s, t = sizes_of(small_config, family), sizes_of(target_config, family)
+    width = t.hidden // s.hidden if s.hidden else 0
+    if width not in (1, 2) or t.hidden != width * s.hidden:
+        raise ValueError(f"{f.hidden}: target {t.hidden} is not 1× or 2× the source {s.hidden}")
+    depth = t.layers // s.layers if s.layers else 0
+    if depth not in (1, 2) or t.layers != depth * s.layers:
+        raise ValueError(f"{f.layers}: target {t.layers} is not 1× or 2× the source {s.layers}")
+    derived = derive_config(target_config, family, width, depth)
+    for key in (f.hidden, f.heads, f.ffn, f.layers, *_SHAPE_FIELDS):
+        want, have = getattr(derived, key, None), getattr(small_config, key, None)
+        if want != have:
+            raise ValueError(f"{key}: target config gives {want!r} when coalesced "
+                             f"({width=}, {depth=}), the source has {have!r}")
+    return width, depth

@@ -1,0 +1,116 @@
+"""A mapping plan: for every target parameter, its source parameters and a pure function.
+
+Plans are grouped by target layer so an executor can hold one target layer (and the one or two
+source layers it reads) in memory at a time; that is what makes the ZeRO-3 path cheap.
+
+Depth mappings:
+- ``copy`` (the paper, the default): coalesce averages a pair of layers; decoalesce copies each
+  small layer into both positions of its pair.
+- ``identity``: decoalesce makes the second copy of each pair an identity block (its
+  residual-branch output projections zero; exactly function-preserving for pre-LN models);
+  coalesce sums those projections over the pair and averages the rest, so
+  ``coalesce(decoalesce(s)) == s`` still holds exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from mlsys.families import Family
+from mlsys.operators.configs import Sizes
+from mlsys.operators.pairing import pair_members, small_index
+from mlsys.operators.tensor import coalesce_tensor, decoalesce_tensor
+
+DEPTH_MAPPINGS = ("copy", "identity")
+
+
+@dataclass(frozen=True)
+class ParamMap:
+    target: str
+    sources: tuple[str, ...]
+    fn: Callable[[list[torch.Tensor]], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Group:
+    """The maps that write one target layer (``layer`` None: everything outside the layers)."""
+
+    layer: int | None
+    maps: tuple[ParamMap, ...]
+
+    @property
+    def sources(self) -> list[str]:
+        return list(dict.fromkeys(s for m in self.maps for s in m.sources))
+
+
+def check_depth_mapping(depth_mapping: str) -> None:
+    if depth_mapping not in DEPTH_MAPPINGS:
+        raise ValueError(f"depth_mapping: {depth_mapping!r} is not one of {DEPTH_MAPPINGS}")
+
+
+def _group(maps: list[tuple[int | None, ParamMap]]) -> list[Group]:
+    layers: dict[int | None, list[ParamMap]] = {}
+    for layer, m in maps:
+        layers.setdefault(layer, []).append(m)
+    order = sorted(layers, key=lambda k: -1 if k is None else k)
+    return [Group(k, tuple(layers[k])) for k in order]
+
+
+def _coalesce_fn(xs, *, axes, large, scheme, width, summed_pair, head_scale):
+    x = xs[0] if len(xs) == 1 else (xs[0] + xs[1] if summed_pair else (xs[0] + xs[1]) * 0.5)
+    if width == 2:
+        x = coalesce_tensor(x, axes, large, scheme)
+    return x * head_scale if head_scale != 1 else x
+
+
+def _decoalesce_fn(xs, *, axes, large, scheme, width, zero, head_scale):
+    x = xs[0]
+    if width == 2:
+        x = decoalesce_tensor(x, axes, large, scheme)
+    if zero:
+        return torch.zeros_like(x)
+    return x * head_scale if head_scale != 1 else x
+
+
+def coalesce_plan(family: Family, targets: Sequence[str], large: Sizes, width: int, depth: int,
+                  scheme: str, depth_mapping: str, tied: bool) -> list[Group]:
+    """Plan for ``coalesce``: ``targets`` are the small model's parameter names."""
+    first, second = pair_members(large.layers, 1, scheme) if depth == 2 else (None, None)
+    maps = []
+    for name in targets:
+        axes, layer, rel = family.axes_of(name)
+        sources: tuple[str, ...] = (name,)
+        if layer is not None and depth == 2:
+            sources = tuple(f"{family.layer_prefix}{int(i[layer])}.{rel}" for i in (first, second))
+        fn = partial(
+            _coalesce_fn, axes=axes, large=large, scheme=scheme, width=width,
+            summed_pair=depth_mapping == "identity" and rel in family.residual_out,
+            head_scale=2.0 if (tied and width == 2 and name in family.head_norm) else 1.0,
+        )
+        maps.append((layer, ParamMap(name, sources, fn)))
+    return _group(maps)
+
+
+def decoalesce_plan(family: Family, targets: Sequence[str], large: Sizes, width: int, depth: int,
+                    scheme: str, depth_mapping: str, tied: bool) -> list[Group]:
+    """Plan for ``decoalesce``: ``targets`` are the large model's parameter names."""
+    if depth == 2:
+        origin = small_index(large.layers, 1, scheme)
+        second = set(pair_members(large.layers, 1, scheme)[1].tolist())
+    maps = []
+    for name in targets:
+        axes, layer, rel = family.axes_of(name)
+        source, zero = name, False
+        if layer is not None and depth == 2:
+            source = f"{family.layer_prefix}{int(origin[layer])}.{rel}"
+            zero = depth_mapping == "identity" and layer in second and rel in family.residual_out
+        fn = partial(
+            _decoalesce_fn, axes=axes, large=large, scheme=scheme, width=width, zero=zero,
+            head_scale=0.5 if (tied and width == 2 and name in family.head_norm) else 1.0,
+        )
+        maps.append((layer, ParamMap(name, (source,), fn)))
+    return _group(maps)

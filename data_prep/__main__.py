@@ -1,0 +1,102 @@
+"""``python -m data_prep {corpus,tokenizer,shards,bench}`` — see ``--help`` of each.
+
+Exit codes: 0 done, 2 bad input under ``--strict`` / no usable input, 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from data_prep.inputs import BadInput
+
+
+def _corpus(a: argparse.Namespace) -> dict:
+    from data_prep.corpus import write_corpus
+
+    return write_corpus(a.out, a.kind, a.limit)
+
+
+def _tokenizer(a: argparse.Namespace) -> dict:
+    from data_prep.tokenizer import train_tokenizer
+
+    meta = train_tokenizer(a.input, a.vocab_size, a.out, a.model_type, a.json_key, a.strict)
+    return {k: meta[k] for k in ("vocab_size", "model_type", "model_sha256", "ids", "problems")}
+
+
+def _shards(a: argparse.Namespace) -> dict:
+    from data_prep.shards import build_shards
+
+    m = build_shards(a.input, a.tokenizer, a.out, a.workers, a.split_sentences, a.json_key,
+                     a.append_eod, a.strict, progress=not a.quiet)
+    return {k: m[k] for k in ("num_documents", "num_sequences", "num_tokens", "problems")}
+
+
+def _bench(a: argparse.Namespace) -> dict:
+    from data_prep.bench import run_bench
+
+    return run_bench(a.out, a.kind, a.vocab_size, a.scale, a.json)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m data_prep", description=(
+        "Corpus -> sentencepiece tokenizer -> megatron-core indexed shards (.bin/.idx)."))
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    c = sub.add_parser("corpus", help="write the embedded default corpus (Python stdlib)")
+    c.add_argument("--out", required=True, help="directory; writes stdlib_<kind>.jsonl")
+    c.add_argument("--kind", choices=["prose", "code"], default="prose",
+                   help="prose: docstrings and comments (BERT); code: module sources (GPT)")
+    c.add_argument("--limit", type=int, default=None, help="first N modules only (tests)")
+    c.set_defaults(fn=_corpus)
+
+    t = sub.add_parser("tokenizer", help="train a sentencepiece tokenizer")
+    t.add_argument("--input", nargs="+", required=True, help="text/jsonl/parquet files or globs")
+    t.add_argument("--vocab-size", type=int, required=True)
+    t.add_argument("--out", required=True, help="output directory")
+    t.add_argument("--model-type", choices=["bpe", "unigram"], default="bpe")
+    t.add_argument("--json-key", default="text", help="jsonl key / parquet column")
+    t.add_argument("--strict", action="store_true", help="first bad input is fatal (exit 2)")
+    t.set_defaults(fn=_tokenizer)
+
+    s = sub.add_parser("shards", help="tokenize into megatron-core indexed datasets")
+    s.add_argument("--input", nargs="+", required=True, help="text/jsonl/parquet files or globs")
+    s.add_argument("--tokenizer", required=True, help="directory written by `tokenizer`")
+    s.add_argument("--out", required=True, help="output prefix: PREFIX.bin/.idx/.manifest.json")
+    s.add_argument("--workers", type=int, default=2, help="tokenizer processes (0: in-process)")
+    s.add_argument("--split-sentences", action="store_true",
+                   help="one sequence per sentence (BERT)")
+    s.add_argument("--json-key", default="text", help="jsonl key / parquet column")
+    s.add_argument("--append-eod", action="store_true", help="end each document with eod (GPT)")
+    s.add_argument("--strict", action="store_true", help="first bad input is fatal (exit 2)")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(fn=_shards)
+
+    b = sub.add_parser("bench", help="tokens/s with 1 and 2 workers on the default corpus")
+    b.add_argument("--out", default="data/bench", help="work directory")
+    b.add_argument("--kind", choices=["gpt", "bert"], default="gpt")
+    b.add_argument("--vocab-size", type=int, default=4096)
+    b.add_argument("--scale", type=int, default=3,
+                   help="also run 2 workers on the corpus repeated this many times (memory check)")
+    b.add_argument("--json", default="runs/bench/data_prep.json", help="result file")
+    b.set_defaults(fn=_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result = args.fn(args)
+    except BadInput as e:
+        print(f"error: bad input: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

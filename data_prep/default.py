@@ -1,0 +1,67 @@
+"""``prepare_default``: the embedded corpus -> tokenizer -> shards, idempotently.
+
+Layout under ``out_dir/<kind>/``: ``stdlib_<prose|code>.jsonl`` (+ ``corpus.json``),
+``tokenizer/``, ``shards.{bin,idx,manifest.json}``. Each step is reused when its output is complete
+and was made from the same inputs (corpus: same interpreter; tokenizer: same corpus hash, vocab
+size and model type; shards: same tokenizer hash and corpus size), else rebuilt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from data_prep.corpus import corpus_path, write_corpus
+from data_prep.indexed import IncompleteDataset, check_complete, write_json_atomic
+from data_prep.shards import build_shards
+from data_prep.tokenizer import META_FILE, MODEL_FILE, sha256_file, train_tokenizer
+
+KIND_TO_CORPUS = {"gpt": "code", "bert": "prose"}
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def prepare_default(out_dir: str, kind: str, vocab_size: int = 4096, workers: int = 2) -> dict:
+    """Build (or reuse) the default corpus, tokenizer and shards for ``kind`` ("gpt" | "bert").
+
+    Returns ``{"tokenizer_dir", "data_prefix", "num_tokens"}``.
+    """
+    if kind not in KIND_TO_CORPUS:
+        raise ValueError(f"kind must be 'gpt' or 'bert', not {kind!r}")
+    corpus_kind = KIND_TO_CORPUS[kind]
+    base = os.path.join(out_dir, kind)
+    corpus = corpus_path(base, corpus_kind)
+    corpus_meta_path = os.path.join(base, "corpus.json")
+    corpus_meta = _read_json(corpus_meta_path)
+    python = sys.version.split()[0]
+    if not (corpus_meta and corpus_meta.get("python") == python and os.path.exists(corpus)
+            and corpus_meta.get("limit") is None):
+        corpus_meta = write_corpus(base, corpus_kind)
+        corpus_meta["sha256"] = sha256_file(corpus)
+        write_json_atomic(corpus_meta_path, corpus_meta)
+
+    tok_dir = os.path.join(base, "tokenizer")
+    tok_meta = _read_json(os.path.join(tok_dir, META_FILE))
+    want = {"vocab_size_requested": vocab_size, "corpus_sha256": corpus_meta["sha256"]}
+    if not (tok_meta and all(tok_meta.get(k) == v for k, v in want.items())):
+        tok_meta = train_tokenizer([corpus], vocab_size, tok_dir, model_type="bpe")
+        tok_meta.update(want)
+        write_json_atomic(os.path.join(tok_dir, META_FILE), tok_meta)
+
+    prefix = os.path.join(base, "shards")
+    try:
+        manifest = check_complete(prefix)
+        if (manifest["tokenizer_sha256"] != sha256_file(os.path.join(tok_dir, MODEL_FILE))
+                or manifest["inputs"][0]["bytes"] != os.path.getsize(corpus)):
+            raise IncompleteDataset("stale")
+    except IncompleteDataset:
+        manifest = build_shards([corpus], tok_dir, prefix, workers=workers,
+                                split_sentences=(kind == "bert"), append_eod=(kind == "gpt"))
+    return {"tokenizer_dir": tok_dir, "data_prefix": prefix, "num_tokens": manifest["num_tokens"]}

@@ -1,0 +1,115 @@
+"""Train a sentencepiece tokenizer with the special tokens BERT and GPT need.
+
+Fixed ids (the runtime adapter ``mlsys.data.SentencePieceTokenizer`` reads them from the JSON):
+``<pad>`` 0, ``<unk>`` 1, ``</s>`` 2 (eos = eod), ``<s>`` 3, control symbols ``[CLS]`` 4,
+``[SEP]`` 5, ``[MASK]`` 6 (never produced from text), and ``"\\n"`` 7 (a user symbol, so code keeps
+its lines). Byte fallback is on (no ``<unk>`` for any UTF-8 text), normalisation is ``identity``
+and extra whitespace is kept, so ``decode(encode(text)) == text`` exactly. Sentencepiece marks a
+word start with ``▁``; the adapter uses that for whole-word masking.
+
+Output directory (written under a temporary name, renamed when complete): ``spm.model``,
+``spm.vocab``, ``tokenizer_meta.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+from collections.abc import Iterator
+
+from data_prep.indexed import write_json_atomic
+from data_prep.inputs import Problem, ProblemLog, expand_inputs, iter_documents, parse_record
+
+META_FILE = "tokenizer_meta.json"
+MODEL_FILE = "spm.model"
+SPECIAL_IDS = {"pad": 0, "unk": 1, "eos": 2, "eod": 2, "bos": 3, "cls": 4, "sep": 5, "mask": 6,
+               "newline": 7}
+CONTROL_SYMBOLS = ["[CLS]", "[SEP]", "[MASK]"]
+USER_SYMBOLS = ["\n"]
+MAX_SENTENCE_BYTES = 16384
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _training_lines(paths: list[str], json_key: str, log: ProblemLog,
+                    max_sentences: int) -> Iterator[str]:
+    """Non-empty lines of every valid document (sentencepiece trains on lines), capped."""
+    n = 0
+    for rec in iter_documents(paths, json_key, log):
+        text = parse_record(rec, json_key)
+        if isinstance(text, Problem):
+            log.add(text)
+            continue
+        for line in text.split("\n"):
+            if line.strip() and len(line.encode("utf-8")) <= MAX_SENTENCE_BYTES:
+                yield line
+                n += 1
+                if n >= max_sentences:
+                    return
+
+
+def train_tokenizer(inputs: list[str], vocab_size: int, out_dir: str, model_type: str = "bpe",
+                    json_key: str = "text", strict: bool = False,
+                    max_sentences: int = 2_000_000, threads: int | None = None) -> dict:
+    """Train on the documents of ``inputs`` and write ``out_dir``; return the metadata dict."""
+    import sentencepiece as spm
+
+    if model_type not in ("bpe", "unigram"):
+        raise ValueError(f"model_type must be bpe or unigram, not {model_type!r}")
+    paths = expand_inputs(inputs)
+    log = ProblemLog(strict=strict)
+    lines = list(_training_lines(paths, json_key, log, max_sentences))
+    if not lines:
+        raise ValueError(f"no valid text in {paths}")
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size,
+        model_type=model_type, byte_fallback=True, character_coverage=1.0,
+        normalization_rule_name="identity", remove_extra_whitespaces=False,
+        allow_whitespace_only_pieces=True, split_digits=True, hard_vocab_limit=False,
+        max_sentence_length=MAX_SENTENCE_BYTES, input_sentence_size=0,
+        pad_id=0, unk_id=1, eos_id=2, bos_id=3, control_symbols=CONTROL_SYMBOLS,
+        user_defined_symbols=USER_SYMBOLS, num_threads=threads or min(os.cpu_count() or 1, 8),
+        minloglevel=2,
+    )
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    tmp = f"{out_dir.rstrip('/')}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        with open(os.path.join(tmp, MODEL_FILE), "wb") as f:
+            f.write(model.getvalue())
+        with open(os.path.join(tmp, "spm.vocab"), "w", encoding="utf-8") as f:
+            for i in range(sp.get_piece_size()):
+                f.write(f"{sp.id_to_piece(i)!r}\t{sp.get_score(i)}\n")
+        ids = {name: sp.piece_to_id(piece) for name, piece in [
+            ("pad", "<pad>"), ("unk", "<unk>"), ("eos", "</s>"), ("eod", "</s>"), ("bos", "<s>"),
+            ("cls", "[CLS]"), ("sep", "[SEP]"), ("mask", "[MASK]"), ("newline", "\n")]}
+        assert ids == SPECIAL_IDS, ids
+        meta = {
+            "format": "mlsys-sentencepiece-1", "model_file": MODEL_FILE,
+            "model_sha256": sha256_file(os.path.join(tmp, MODEL_FILE)),
+            "vocab_size": sp.get_piece_size(), "model_type": model_type,
+            "normalization": "identity", "byte_fallback": True, "word_start": "\u2581",
+            "ids": ids, "inputs": paths, "training_lines": len(lines),
+            "problems": log.to_dict(),
+        }
+        write_json_atomic(os.path.join(tmp, META_FILE), meta)
+        old = f"{out_dir.rstrip('/')}.old-{os.getpid()}"
+        if os.path.exists(out_dir):
+            os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.report()
+    return meta

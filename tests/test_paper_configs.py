@@ -1,0 +1,49 @@
+"""The paper-scale run configs validate and carry the paper's shapes (no training)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mlsys.config import load_run_config
+from mlsys.ds_config import load_ds_config, resolve_ds_config, uses_bf16, zero_stage
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# name: (family, layers, hidden, heads, ffn, seq, levels visited, default ranks, ds config)
+PAPER = {
+    "bert-base": ("bert", 12, 768, 12, 3072, 128, [1, 2, 1], 16, "zero2-bf16"),
+    "bert-large": ("bert", 24, 1024, 16, 4096, 128, [1, 2, 3, 2, 1], 32, "zero3-bf16"),
+    "gpt-base": ("gpt", 12, 768, 12, 3072, 512, [1, 2, 1], 16, "zero2-bf16"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PAPER))
+def test_paper_config_shape_and_schedule(name):
+    family, layers, hidden, heads, ffn, seq, levels, ranks, ds_name = PAPER[name]
+    cfg = load_run_config(ROOT / f"configs/{name}.yaml")
+    m = cfg.model
+    assert (m.family, m.num_layers, m.hidden_size, m.num_heads, m.ffn) == (
+        family, layers, hidden, heads, ffn)
+    assert cfg.data.seq_length == seq and cfg.train.global_batch_size == 512
+    assert [p.level for p in cfg.phases] == levels
+    assert cfg.schedule.scale == 1.0
+    # The original recipe: E_a = 5 % and every later phase 50 % of a 100k-step baseline.
+    assert cfg.phases[0].steps == 5000 and cfg.phases[-1].steps == 50000
+    # The sbatch template's default rank count gives an integral micro-batch split.
+    ds = resolve_ds_config(load_ds_config(ROOT / f"configs/ds/{ds_name}.json"), cfg, ranks)
+    assert ds["train_batch_size"] == 512 and ds["gradient_accumulation_steps"] == 1
+    assert uses_bf16(ds)
+
+
+def test_schedule_scale_shrinks_every_phase():
+    cfg = load_run_config(ROOT / "configs/bert-large.yaml")
+    small = cfg.model_copy(update={"schedule": cfg.schedule.model_copy(update={"scale": 0.01})})
+    assert [small.phase_steps(i)[0] for i in range(5)] == [50, 50, 500, 500, 500]
+
+
+@pytest.mark.parametrize("name, stage", [("zero2-bf16", 2), ("zero3-bf16", 3)])
+def test_gpu_ds_configs(name, stage):
+    ds = load_ds_config(ROOT / f"configs/ds/{name}.json")
+    assert zero_stage(ds) == stage and uses_bf16(ds)

@@ -1,0 +1,118 @@
+"""Worker: the operators on ZeRO-3 partitioned models (2 ranks) against the dense result.
+
+Writes ``{"checks": {name: max_abs_difference}}`` to the JSON path given as the last argument (rank 0).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import deepspeed
+import torch
+from deepspeed.utils import safe_get_full_fp32_param
+from transformers.integrations import HfDeepSpeedConfig
+from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+from mlsys.operators import coalesce, decoalesce, interpolate
+from mlsys.sharded import model_is_partitioned
+from tests.tiny_models import make, perturb
+
+DS_CONFIG = {
+    "train_micro_batch_size_per_gpu": 1,
+    "gradient_accumulation_steps": 1,
+    "zero_optimization": {"stage": 3},
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+}
+
+
+_ALIVE: list[HfDeepSpeedConfig] = []
+
+
+def zero3_building(on: bool) -> None:
+    """Switch whether ``_from_config`` builds partitioned models (the reference runs dense)."""
+    _ALIVE.clear()
+    unset_hf_deepspeed_config()
+    if on:
+        _ALIVE.append(HfDeepSpeedConfig(DS_CONFIG))
+
+
+def dense(fn, *args, **kw):
+    zero3_building(False)
+    try:
+        return fn(*args, **kw)
+    finally:
+        zero3_building(True)
+
+
+def full(model) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, p in model.named_parameters():
+        with deepspeed.zero.GatheredParameters([p]):
+            out[name] = p.data.detach().clone()
+    return out
+
+
+def partitioned_copy(reference):
+    """A ZeRO-3 partitioned model holding ``reference``'s weights."""
+    model = type(reference)._from_config(reference.config)
+    assert model_is_partitioned(model)
+    src = dict(reference.named_parameters())
+    for name, p in model.named_parameters():
+        with deepspeed.zero.GatheredParameters([p], modifier_rank=0):
+            p.data.copy_(src[name].data)
+    return model.eval()
+
+
+def max_diff(a: dict, b) -> float:
+    b = dict(b.named_parameters()) if not isinstance(b, dict) else b
+    assert a.keys() == b.keys()
+    return max((a[n].float() - b[n].float()).abs().max().item() for n in a)
+
+
+def main(out_path: str) -> None:
+    deepspeed.init_distributed(dist_backend="gloo")
+    zero3_building(True)
+    checks: dict[str, float] = {}
+    for kind in ("bert-pretraining", "gpt2"):
+        for scheme, mapping in (("stride", "copy"), ("adjacent", "identity")):
+            model = make(kind)
+            sharded = partitioned_copy(model)
+            small = coalesce(sharded, scheme=scheme, depth_mapping=mapping)
+            checks[f"{kind}/{scheme}/partitioned"] = float(model_is_partitioned(small))
+            checks[f"{kind}/{scheme}/coalesce"] = max_diff(
+                full(small), dense(coalesce, model, scheme=scheme, depth_mapping=mapping))
+            model_small = perturb(dense(coalesce, model, scheme=scheme), seed=3)
+            large = decoalesce(partitioned_copy(model_small), model.config, scheme=scheme,
+                               depth_mapping=mapping)
+            expect_large = dense(decoalesce, model_small, model.config, scheme=scheme,
+                                 depth_mapping=mapping)
+            checks[f"{kind}/{scheme}/decoalesce"] = max_diff(full(large), expect_large)
+            interpolate(large, sharded, 0.3)
+            interpolate(expect_large, model, 0.3)
+            checks[f"{kind}/{scheme}/interpolate"] = max_diff(full(large), expect_large)
+
+        # Inside an engine: the operators read the fp32 masters after a real optimizer step.
+        trained = make(kind)
+        engine, *_ = deepspeed.initialize(model=partitioned_copy(trained), config=DS_CONFIG)
+        ids = torch.randint(0, 61, (1, 16), generator=torch.Generator().manual_seed(0))
+        extra = {"next_sentence_label": torch.zeros(1, dtype=torch.long)} if "bert" in kind else {}
+        loss = engine(input_ids=ids, labels=ids, **extra).loss
+        engine.backward(loss)
+        engine.step()
+        masters = {n: safe_get_full_fp32_param(p).reshape(p.ds_shape)
+                   for n, p in engine.module.named_parameters()}
+        with torch.no_grad():
+            for n, p in trained.named_parameters():
+                p.copy_(masters[n])
+        small = coalesce(engine.module)
+        checks[f"{kind}/engine/moved"] = max_diff(masters, make(kind))
+        checks[f"{kind}/engine/coalesce"] = max_diff(full(small), dense(coalesce, trained))
+        engine.destroy()
+    if torch.distributed.get_rank() == 0:
+        with open(out_path, "w") as f:
+            json.dump({"checks": checks}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[-1])

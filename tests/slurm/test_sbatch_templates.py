@@ -1,0 +1,136 @@
+"""The sbatch templates on a real (one-node, localhost) SLURM cluster: a tiny CPU V-cycle run
+with 2 tasks reaches final/, and a requeued or time-limit-signalled job resumes from its
+checkpoint instead of starting over."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from mlsys.metrics import read_metrics
+
+from .jobs import job_info, sbatch, wait_done, wait_for
+
+TEMPLATE = "launch/slurm/bert-base.sbatch"
+JOB_TIMEOUT = 900  # seconds; the first job may build DeepSpeed's CPU comm op and the corpus
+# The template's GPU directives, resized to this node (2 CPUs, 2 stand-in GPUs).
+RESOURCES = ["--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=2", "--cpus-per-task=1",
+             "--time=30"]
+
+
+def tiny_config(tmp: Path, phase_steps: tuple[int, int, int], checkpoint_every: int) -> Path:
+    """A tiny 2-level BERT V-cycle on the default corpus, writing to tmp/run."""
+    a, b, c = phase_steps
+    cfg = {
+        "name": "slurm-tiny", "run_dir": str(tmp / "run"),
+        "model": {"family": "bert", "hidden_size": 64, "num_layers": 4, "num_heads": 4,
+                  "ffn_size": 128, "max_position": 64},
+        "data": {"seq_length": 32},
+        "train": {"micro_batch_size": 4, "global_batch_size": 8, "eval_every": 1000,
+                  "eval_batches": 1, "checkpoint_every": checkpoint_every},
+        "vcycle": {"alpha": 0.8},
+        "phases": [{"level": 1, "steps": a, "lr": 1e-3},
+                   {"level": 2, "steps": b, "lr": 2e-3, "warmup": 2},
+                   {"level": 1, "steps": c, "lr": 1e-3, "warmup": 2}],
+    }
+    path = tmp / "tiny.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def submit(tmp: Path, env: dict[str, str], config: Path) -> tuple[int, Path]:
+    log = tmp / "job.out"
+    job_env = {**env, "CONFIG": str(config), "DS_CONFIG": "configs/ds/zero1.json"}
+    return sbatch([*RESOURCES, f"--output={log}", TEMPLATE], job_env), log
+
+
+def step_records(run: Path) -> list[int]:
+    return [r["step"] for r in read_metrics(run / "metrics.jsonl") if r["event"] == "step"]
+
+
+def assert_finished(run: Path, total_steps: int) -> list[dict]:
+    """final/ is a loadable HF model directory and every step ran exactly once."""
+    from transformers import AutoConfig
+
+    assert (run / "final" / "config.json").is_file()
+    assert AutoConfig.from_pretrained(run / "final").hidden_size == 64
+    assert any(p.suffix == ".safetensors" or p.suffix == ".bin" for p in (run / "final").iterdir())
+    assert step_records(run) == list(range(1, total_steps + 1))
+    records = read_metrics(run / "metrics.jsonl")
+    assert records[-1]["event"] == "end" and records[-1]["step"] == total_steps
+    return records
+
+
+def test_srun_maps_slurm_env_for_each_task(slurm_env, tmp_path):
+    # Two tasks through srun + mlsys.slurm_env, as the templates launch them.
+    code = ("import json, os; print(json.dumps({k: os.environ[k] for k in "
+            "('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')}))")
+    log = tmp_path / "env.out"
+    job = sbatch(["--wait", "--ntasks=2", f"--output={log}", "--wrap",
+                  f"srun {sys.executable} -m mlsys.slurm_env {sys.executable} -c \"{code}\""],
+                 slurm_env)
+    lines = [json.loads(s) for s in log.read_text().splitlines() if s.startswith("{")]
+    host = subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
+    assert sorted(e["RANK"] for e in lines) == ["0", "1"]
+    assert sorted(e["LOCAL_RANK"] for e in lines) == ["0", "1"]
+    assert {e["WORLD_SIZE"] for e in lines} == {"2"}
+    assert {e["MASTER_ADDR"] for e in lines} == {host}
+    assert {e["MASTER_PORT"] for e in lines} == {str(20000 + job % 10000)}
+
+
+def test_template_trains_tiny_vcycle_to_final(slurm_env, tmp_path):
+    config = tiny_config(tmp_path, (4, 8, 8), checkpoint_every=0)
+    job, log = submit(tmp_path, slurm_env, config)
+    info = wait_done(job, slurm_env, JOB_TIMEOUT, log)
+    assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "0"), \
+        log.read_text()[-4000:]
+    records = assert_finished(tmp_path / "run", 20)
+    assert [r["to_level"] for r in records if r["event"] == "transition"] == [2, 1]
+    assert not any(r["event"] == "resume" for r in records)
+    assert "run.sh: finished" in log.read_text()
+
+
+def _first_checkpoint(run: Path) -> bool:
+    return any((run / "checkpoints").glob("*/controller.json"))
+
+
+def _interrupt_and_check(tmp_path: Path, slurm_env: dict[str, str], interrupt: list[str]):
+    """Start a run, interrupt it right after its first checkpoint, let SLURM requeue it, and
+    check that the second start resumed from a checkpoint and finished."""
+    total = 4 + 60 + 60
+    config = tiny_config(tmp_path, (4, 60, 60), checkpoint_every=10)
+    run = tmp_path / "run"
+    job, log = submit(tmp_path, slurm_env, config)
+    wait_for("the first checkpoint", lambda: _first_checkpoint(run), JOB_TIMEOUT, log)
+    assert job_info(job, slurm_env)["JobState"] == "RUNNING"
+    subprocess.run([*interrupt, str(job)], env=slurm_env, check=True)
+    info = wait_done(job, slurm_env, JOB_TIMEOUT, log)
+    text = log.read_text()
+    assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "1"), \
+        text[-4000:]
+    records = assert_finished(run, total)
+    resumes = [r for r in records if r["event"] == "resume"]
+    assert len(resumes) == 1 and 4 <= resumes[0]["step"] < total, resumes
+    # The requeued job logged only the steps after its checkpoint: no step before the resume
+    # point comes after it in the log.
+    at = records.index(resumes[0])
+    assert min(r["step"] for r in records[at:] if r["event"] == "step") == resumes[0]["step"] + 1
+    assert "restart 1" in text
+    return text
+
+
+def test_requeue_resumes_from_checkpoint(slurm_env, tmp_path):
+    # `scontrol requeue` (what preemption does): SIGTERM to the ranks, they checkpoint and
+    # exit; SLURM requeues the job; the new start resumes from the newest checkpoint.
+    _interrupt_and_check(tmp_path, slurm_env, ["scontrol", "requeue"])
+
+
+def test_time_limit_signal_checkpoints_and_requeues(slurm_env, tmp_path):
+    # What `--signal=B:USR1@600` delivers before the time limit, sent now: run.sh forwards it,
+    # the ranks checkpoint and exit 0, run.sh requeues the job itself, and it resumes.
+    text = _interrupt_and_check(tmp_path, slurm_env, ["scancel", "--batch", "--signal=USR1"])
+    assert "checkpointed before the time limit; requeueing" in text

@@ -5,8 +5,9 @@ from __future__ import annotations
 from mlsys.families.base import WIDTH_SPACES, Axis, ConfigFields, Family
 from mlsys.families.bert import BERT
 from mlsys.families.gpt2 import GPT2
+from mlsys.families.vit import DEIT, VIT
 
-FAMILIES: tuple[Family, ...] = (BERT, GPT2)
+FAMILIES: tuple[Family, ...] = (BERT, GPT2, VIT, DEIT)
 
 
 def family_of(model) -> Family:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from mlsys.families import Family
 
 # Fields that fix parameter shapes outside the resized spaces: source and target must agree.
-_SHAPE_FIELDS = ("vocab_size", "max_position_embeddings", "n_positions", "type_vocab_size")
+_SHAPE_FIELDS = ("vocab_size", "max_position_embeddings", "n_positions", "type_vocab_size",
+                 "image_size", "patch_size", "num_channels", "num_labels")
 
 
 @dataclass(frozen=True)

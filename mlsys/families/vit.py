@@ -1,0 +1,91 @@
+"""ViT and DeiT (pre-LN vision transformers): ViTForImageClassification, DeiTForImageClassification,
+DeiTForImageClassificationWithTeacher (transformers 5.x names: ``{vit,deit}.layers.{i}``).
+
+Hidden-space columns of the CLS token, the DeiT distillation token and the position embeddings
+are averaged / duplicated like word-embedding columns. The patch embedding is a Conv2d
+``(hidden, channels, p, p)``: only its output axis is resized. The classifier is untied, so its
+input (hidden) axis is summed on coalesce and averaged on de-coalesce; with the final LayerNorm
+averaged / duplicated, width de-coalescing is exactly function-preserving with no head scaling.
+"""
+
+from mlsys.families.base import ConfigFields, Family, inp, out
+
+_H = out("hidden")
+_ONE = out("one")  # the leading size-1 axes of the token / position parameters
+
+_FIELDS = ConfigFields(
+    hidden="hidden_size", heads="num_attention_heads",
+    ffn="intermediate_size", layers="num_hidden_layers",
+)
+
+_LAYER = {
+    "attention.q_proj.weight": (out("qk"), inp("hidden")),
+    "attention.q_proj.bias": (out("qk"),),
+    "attention.k_proj.weight": (out("qk"), inp("hidden")),
+    "attention.k_proj.bias": (out("qk"),),
+    "attention.v_proj.weight": (out("v"), inp("hidden")),
+    "attention.v_proj.bias": (out("v"),),
+    "attention.o_proj.weight": (_H, inp("v")),
+    "attention.o_proj.bias": (_H,),
+    "layernorm_before.weight": (_H,),
+    "layernorm_before.bias": (_H,),
+    "layernorm_after.weight": (_H,),
+    "layernorm_after.bias": (_H,),
+    "mlp.fc1.weight": (out("ffn"), inp("hidden")),
+    "mlp.fc1.bias": (out("ffn"),),
+    "mlp.fc2.weight": (_H, inp("ffn")),
+    "mlp.fc2.bias": (_H,),
+}
+
+_RESIDUAL_OUT = (
+    "attention.o_proj.weight", "attention.o_proj.bias", "mlp.fc2.weight", "mlp.fc2.bias",
+)
+
+
+def _classifier(name: str) -> dict:
+    return {f"{name}.weight": (out("labels"), inp("hidden")), f"{name}.bias": (out("labels"),)}
+
+
+def _embeddings(base: str, distillation: bool) -> dict:
+    table = {
+        f"{base}.embeddings.cls_token": (_ONE, _ONE, _H),
+        f"{base}.embeddings.position_embeddings": (_ONE, out("pos"), _H),
+        f"{base}.embeddings.patch_embeddings.projection.weight":
+            (_H, out("channels"), out("patch"), out("patch")),
+        f"{base}.embeddings.patch_embeddings.projection.bias": (_H,),
+        f"{base}.layernorm.weight": (_H,),
+        f"{base}.layernorm.bias": (_H,),
+    }
+    if distillation:
+        table[f"{base}.embeddings.distillation_token"] = (_ONE, _ONE, _H)
+    return table
+
+
+VIT = Family(
+    name="vit",
+    classes=("ViTForImageClassification",),
+    model_type="vit",
+    fields=_FIELDS,
+    layer_prefix="vit.layers.",
+    globals={**_embeddings("vit", distillation=False), **_classifier("classifier")},
+    layer=_LAYER,
+    residual_out=_RESIDUAL_OUT,
+    pre_ln=True,
+)
+
+DEIT = Family(
+    name="deit",
+    classes=("DeiTForImageClassification", "DeiTForImageClassificationWithTeacher"),
+    model_type="deit",
+    fields=_FIELDS,
+    layer_prefix="deit.layers.",
+    globals={
+        **_embeddings("deit", distillation=True),
+        **_classifier("classifier"),  # DeiTForImageClassification
+        **_classifier("cls_classifier"),  # ...WithTeacher: two untied heads, logits averaged
+        **_classifier("distillation_classifier"),
+    },
+    layer=_LAYER,
+    residual_out=_RESIDUAL_OUT,
+    pre_ln=True,
+)

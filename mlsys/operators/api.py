@@ -87,6 +87,24 @@ def decoalesce(small: nn.Module, target_config, scheme: str = "stride",
     return large
 
 
+def moment_plans(source: nn.Module, target: nn.Module, scheme: str, depth_mapping: str,
+                 power: int) -> list:
+    """The plan that maps Adam moments (``power`` 1: first, 2: second) of ``source``'s
+    parameters to ``target``'s, in whichever direction their configs differ."""
+    family = family_of(source)
+    _check_scheme(scheme)
+    check_depth_mapping(depth_mapping)
+    names = [n for n, _ in target.named_parameters()]
+    s, t = configs.sizes_of(source.config, family), configs.sizes_of(target.config, family)
+    if (t.hidden, t.layers) <= (s.hidden, s.layers):
+        width, depth = configs.factors_between(target.config, source.config, family)
+        return coalesce_plan(family, names, s, width, depth, scheme, depth_mapping,
+                             _is_tied(source), power)
+    width, depth = configs.factors_between(source.config, target.config, family)
+    return decoalesce_plan(family, names, t, width, depth, scheme, depth_mapping,
+                           _is_tied(source), power)
+
+
 def interpolate(target: nn.Module, source: nn.Module, alpha: float) -> None:
     """In place: ``target = (1 - alpha) * target + alpha * source``; α = 0 / 1 give either end
     exactly. Both models must have the same parameter names and shapes."""

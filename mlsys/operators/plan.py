@@ -20,7 +20,7 @@ from functools import partial
 
 import torch
 
-from mlsys.families import Family
+from mlsys.families import Axis, Family
 from mlsys.operators.configs import Sizes
 from mlsys.operators.pairing import pair_members, small_index
 from mlsys.operators.tensor import coalesce_tensor, decoalesce_tensor
@@ -60,25 +60,53 @@ def _group(maps: list[tuple[int | None, ParamMap]]) -> list[Group]:
     return [Group(k, tuple(layers[k])) for k in order]
 
 
-def _coalesce_fn(xs, *, axes, large, scheme, width, summed_pair, head_scale):
+def gradient_scale(axes: tuple[Axis, ...], head_scaled: bool) -> float:
+    """``k``: at a de-coalesced (duplicated) point the large model's gradient is ``k · T g_s``.
+
+    De-coalescing is ``θ_l = c · T θ_s`` per axis (c = 1 averaged, ½ summed; the tied-head
+    norm adds a factor ½). The large model then computes the same function, so
+    ``g_s = Dᵀ g_l = c · (g_l,1 + g_l,2)`` and, the two copies being symmetric,
+    ``g_l = g_s / (2c)`` per axis: ½ on averaged axes, 1 on summed ones, ×2 for the head norm.
+    """
+    k = 1.0
+    for axis in axes:
+        if axis.resized and not axis.summed:
+            k *= 0.5
+    return k * 2.0 if head_scaled else k
+
+
+def _as_moment(axes: tuple[Axis, ...]) -> tuple[Axis, ...]:
+    """Moments are maps of gradients: every axis is averaged/duplicated, scaled by ``k^power``."""
+    return tuple(Axis(a.spaces, summed=False) for a in axes)
+
+
+def _coalesce_fn(xs, *, axes, large, scheme, width, summed_pair, scale):
     x = xs[0] if len(xs) == 1 else (xs[0] + xs[1] if summed_pair else (xs[0] + xs[1]) * 0.5)
     if width == 2:
         x = coalesce_tensor(x, axes, large, scheme)
-    return x * head_scale if head_scale != 1 else x
+    return x * scale if scale != 1 else x
 
 
-def _decoalesce_fn(xs, *, axes, large, scheme, width, zero, head_scale):
+def _decoalesce_fn(xs, *, axes, large, scheme, width, zero, scale):
     x = xs[0]
     if width == 2:
         x = decoalesce_tensor(x, axes, large, scheme)
     if zero:
         return torch.zeros_like(x)
-    return x * head_scale if head_scale != 1 else x
+    return x * scale if scale != 1 else x
+
+
+def _scales(axes, head_scaled: bool, power: int) -> tuple[tuple[Axis, ...], float]:
+    """(axes, de-coalescing scale) for parameters (power 0) or Adam moments (power 1, 2)."""
+    if power == 0:
+        return axes, 0.5 if head_scaled else 1.0
+    return _as_moment(axes), gradient_scale(axes, head_scaled) ** power
 
 
 def coalesce_plan(family: Family, targets: Sequence[str], large: Sizes, width: int, depth: int,
-                  scheme: str, depth_mapping: str, tied: bool) -> list[Group]:
-    """Plan for ``coalesce``: ``targets`` are the small model's parameter names."""
+                  scheme: str, depth_mapping: str, tied: bool, power: int = 0) -> list[Group]:
+    """Plan for ``coalesce``: ``targets`` are the small model's parameter names. ``power`` 0 maps
+    parameters, 1 and 2 map Adam's first and second moments (see ``gradient_scale``)."""
     first, second = pair_members(large.layers, 1, scheme) if depth == 2 else (None, None)
     maps = []
     for name in targets:
@@ -86,18 +114,22 @@ def coalesce_plan(family: Family, targets: Sequence[str], large: Sizes, width: i
         sources: tuple[str, ...] = (name,)
         if layer is not None and depth == 2:
             sources = tuple(f"{family.layer_prefix}{int(i[layer])}.{rel}" for i in (first, second))
+        axes, scale = _scales(axes, tied and width == 2 and name in family.head_norm, power)
+        if width == 1:
+            scale = 1.0
         fn = partial(
             _coalesce_fn, axes=axes, large=large, scheme=scheme, width=width,
             summed_pair=depth_mapping == "identity" and rel in family.residual_out,
-            head_scale=2.0 if (tied and width == 2 and name in family.head_norm) else 1.0,
+            scale=1.0 / scale,
         )
         maps.append((layer, ParamMap(name, sources, fn)))
     return _group(maps)
 
 
 def decoalesce_plan(family: Family, targets: Sequence[str], large: Sizes, width: int, depth: int,
-                    scheme: str, depth_mapping: str, tied: bool) -> list[Group]:
-    """Plan for ``decoalesce``: ``targets`` are the large model's parameter names."""
+                    scheme: str, depth_mapping: str, tied: bool, power: int = 0) -> list[Group]:
+    """Plan for ``decoalesce``: ``targets`` are the large model's parameter names; ``power`` as
+    in ``coalesce_plan``."""
     if depth == 2:
         origin = small_index(large.layers, 1, scheme)
         second = set(pair_members(large.layers, 1, scheme)[1].tolist())
@@ -108,9 +140,10 @@ def decoalesce_plan(family: Family, targets: Sequence[str], large: Sizes, width:
         if layer is not None and depth == 2:
             source = f"{family.layer_prefix}{int(origin[layer])}.{rel}"
             zero = depth_mapping == "identity" and layer in second and rel in family.residual_out
+        axes, scale = _scales(axes, tied and width == 2 and name in family.head_norm, power)
         fn = partial(
             _decoalesce_fn, axes=axes, large=large, scheme=scheme, width=width, zero=zero,
-            head_scale=0.5 if (tied and width == 2 and name in family.head_norm) else 1.0,
+            scale=scale if width == 2 else 1.0,
         )
         maps.append((layer, ParamMap(name, (source,), fn)))
     return _group(maps)

@@ -1,6 +1,6 @@
 """Worker: the operators on ZeRO-3 partitioned models (2 ranks) against the dense result.
 
-Writes ``{"checks": {name: max_abs_difference}}`` to the JSON path given as the last argument (rank 0).
+Rank 0 writes ``{"checks": {name: max_abs_difference}}`` to the JSON path given last.
 """
 
 from __future__ import annotations

@@ -1,0 +1,118 @@
+"""Carrying Adam's moments through coalesce / de-coalesce (``vcycle.optimizer: map``).
+
+Derivation (the contract the tests pin). De-coalescing is linear, ``θ_l = D θ_s`` with, per
+resized axis, ``D = c · T`` (c = 1 on averaged axes, ½ on summed input axes; the norm before a
+tied head carries one more ½). The de-coalesced model computes the same function, so
+``L_s(θ_s) = L_l(D θ_s)`` and ``g_s = Dᵀ g_l``. At a duplicated point the two copies of a unit
+are interchangeable, so their gradients are equal and ``g_l = k · T g_s`` with
+``k = Π 1/(2c)`` (``mlsys.operators.plan.gradient_scale``): ½ per averaged axis, 1 per summed one.
+Adam's moments are running means of ``g`` and ``g²``, hence
+
+    m_l = k  · T m_s        v_l = k² · T v_s        step_l = step_s
+
+is exactly the state a fresh Adam reaches on the duplicated model after the same steps
+(``tests/test_optimizer_state.py`` checks it after one identical step), and bias correction
+stays consistent because the step count is carried. Coalescing applies the inverse:
+``m_s = k⁻¹ · F m_l``, ``v_s = k⁻² · F v_l`` (averaging the pair, which is exact when the copies
+agree), so ``coalesce(decoalesce(state)) == state`` exactly. Depth: moments follow the
+parameters' depth mapping (copied / averaged; ``identity`` zeroes the moments of the zeroed
+projections, and sums them back). Adam being invariant to gradient scale, the next *update*
+of each duplicated entry equals the small model's update for that entry (up to ε).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import nn
+
+from mlsys.operators.api import moment_plans
+from mlsys.sharded import full_shape
+
+MOMENTS = {"exp_avg": 1, "exp_avg_sq": 2}
+
+
+class AdamState(Protocol):
+    """Read and write the full (unpartitioned) Adam state of one parameter."""
+
+    def get(self, param: nn.Parameter, key: str) -> torch.Tensor: ...
+    def set(self, param: nn.Parameter, key: str, value: torch.Tensor) -> None: ...
+    def step(self) -> int: ...
+    def set_step(self, step: int) -> None: ...
+
+
+class TorchAdamState:
+    """A plain ``torch.optim.Adam``/``AdamW`` (state is created if the optimizer never stepped)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+
+    def _state(self, param):
+        state = self.optimizer.state[param]
+        if "exp_avg" not in state:
+            state["step"] = torch.tensor(0.0)
+            state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        return state
+
+    def get(self, param, key):
+        return self._state(param)[key]
+
+    def set(self, param, key, value):
+        self._state(param)[key].copy_(value)
+
+    def step(self) -> int:
+        steps = [int(s["step"]) for s in self.optimizer.state.values() if "step" in s]
+        return max(steps, default=0)
+
+    def set_step(self, step: int) -> None:
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                self._state(p)["step"] = torch.tensor(float(step))
+
+
+class DeepSpeedAdamState:
+    """The state inside a DeepSpeed engine (ZeRO 1–3), through DeepSpeed's safe accessors;
+    every call is collective: all ranks must make the same calls in the same order."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def get(self, param, key):
+        from deepspeed.utils import safe_get_full_optimizer_state
+
+        return safe_get_full_optimizer_state(param, key).reshape(full_shape(param))
+
+    def set(self, param, key, value):
+        from deepspeed.utils import safe_set_full_optimizer_state
+
+        safe_set_full_optimizer_state(param, value.reshape(full_shape(param)), key)
+
+    def _base_states(self) -> list[dict]:
+        base = getattr(self.engine.optimizer, "optimizer", self.engine.optimizer)
+        return [s for s in base.state.values() if "step" in s]
+
+    def step(self) -> int:
+        return max((int(s["step"]) for s in self._base_states()), default=0)
+
+    def set_step(self, step: int) -> None:
+        for state in self._base_states():
+            old = state["step"]
+            state["step"] = torch.tensor(float(step), dtype=old.dtype, device=old.device) \
+                if torch.is_tensor(old) else step
+
+
+def map_adam_state(source: nn.Module, source_state: AdamState, target: nn.Module,
+                   target_state: AdamState, scheme: str = "stride",
+                   depth_mapping: str = "copy") -> None:
+    """Write ``target``'s Adam moments and step count from ``source``'s, through the same
+    coalesce / de-coalesce map that took ``source``'s parameters to ``target``'s."""
+    src = dict(source.named_parameters())
+    tgt = dict(target.named_parameters())
+    for key, power in MOMENTS.items():
+        for group in moment_plans(source, target, scheme, depth_mapping, power):
+            values = {n: source_state.get(src[n], key).detach().clone() for n in group.sources}
+            for m in group.maps:
+                target_state.set(tgt[m.target], key, m.fn([values[s] for s in m.sources]))
+    target_state.set_step(source_state.step())

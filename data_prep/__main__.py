@@ -1,4 +1,4 @@
-"""``python -m data_prep {corpus,tokenizer,shards,bench}`` — see ``--help`` of each.
+"""``python -m data_prep {corpus,tokenizer,shards,bench,images}`` — see ``--help`` of each.
 
 Exit codes: 0 done, 2 bad input under ``--strict`` / no usable input, 1 anything else.
 """
@@ -37,6 +37,15 @@ def _bench(a: argparse.Namespace) -> dict:
     from data_prep.bench import run_bench
 
     return run_bench(a.out, a.kind, a.vocab_size, a.scale, a.json)
+
+
+def _images(a: argparse.Namespace) -> dict:
+    from data_prep.images import build_images
+
+    m = build_images(a.input, a.out, a.image_size, image_column=a.image_column,
+                     label_column=a.label_column, hflip=not a.no_hflip, strict=a.strict,
+                     shard_size=a.shard_size, progress=not a.quiet)
+    return {k: m[k] for k in ("num_images", "num_classes", "image_size", "problems")}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,9 +87,22 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--kind", choices=["gpt", "bert"], default="gpt")
     b.add_argument("--vocab-size", type=int, default=4096)
     b.add_argument("--scale", type=int, default=3,
-                   help="also run 2 workers on the corpus repeated this many times (memory check)")
+                   help="the 1/2-worker runs read the corpus repeated this many times")
     b.add_argument("--json", default="runs/bench/data_prep.json", help="result file")
     b.set_defaults(fn=_bench)
+    im = sub.add_parser("images", help="image folder or parquet -> uint8 image shards")
+    im.add_argument("--input", nargs="+", required=True,
+                    help="a folder with one sub-folder per class, or parquet files/globs")
+    im.add_argument("--out", required=True, help="output prefix: PREFIX-NNNNN.*.npy + manifest")
+    im.add_argument("--image-size", type=int, default=224, help="square side after resize+crop")
+    im.add_argument("--image-column", default="image", help="parquet: encoded image bytes")
+    im.add_argument("--label-column", default="label", help="parquet: int or string label")
+    im.add_argument("--no-hflip", action="store_true",
+                    help="record that horizontal flips change the label (no flip augmentation)")
+    im.add_argument("--shard-size", type=int, default=8192, help="images per shard file")
+    im.add_argument("--strict", action="store_true", help="first bad image is fatal (exit 2)")
+    im.add_argument("--quiet", action="store_true", help="no progress bar")
+    im.set_defaults(fn=_images)
     return p
 
 

@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 export DS_ACCELERATOR ?= cpu
 export DS_BUILD_OPS ?= 0
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test test-slurm lint clean
 
 install: $(STAMP)
 
@@ -23,6 +23,14 @@ $(STAMP): pyproject.toml
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# Real SLURM, as root: installs slurm-wlm/munge/shellcheck if missing, lints the sbatch
+# templates, starts a one-node cluster on localhost, runs tests/slurm, stops the cluster.
+test-slurm: install
+	bash launch/slurm/local_cluster.sh install
+	for f in launch/slurm/*.sbatch launch/slurm/*.sh; do bash -n "$$f" || exit 1; done
+	shellcheck launch/slurm/*.sbatch launch/slurm/*.sh
+	MLSYS_TEST_SLURM=1 $(BIN)/python -m pytest -q tests/slurm
 
 demo: install
 	$(BIN)/python -m launch.demo

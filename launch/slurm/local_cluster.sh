@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A one-node SLURM cluster on localhost, for tests: munged + slurmctld + slurmd, as root.
 #
-#   launch/slurm/local_cluster.sh install   # apt-get slurm-wlm + munge (if missing)
+#   launch/slurm/local_cluster.sh install   # apt-get slurm-wlm, munge, shellcheck (if missing)
 #   launch/slurm/local_cluster.sh start     # write config, start daemons, wait for the node (idempotent)
 #   launch/slurm/local_cluster.sh stop      # stop the daemons (idempotent), keep nothing
 #   launch/slurm/local_cluster.sh status    # sinfo
@@ -28,12 +28,14 @@ need_root() {
 install_packages() {
     need_root
     if command -v slurmctld >/dev/null && command -v slurmd >/dev/null \
-        && command -v sbatch >/dev/null && command -v munged >/dev/null; then
+        && command -v sbatch >/dev/null && command -v munged >/dev/null \
+        && command -v shellcheck >/dev/null; then
         return 0
     fi
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
+    # (make test-slurm also lints the templates with shellcheck)
+    apt-get install -y -qq --no-install-recommends slurm-wlm munge shellcheck >/dev/null
 }
 
 write_config() {
@@ -87,8 +89,12 @@ CONF
     mv "$CONF.tmp" "$CONF"
 }
 
-pid_alive() {  # pidfile -> 0 if the process in it runs
-    [[ -s $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null
+pid_alive() {  # pidfile [name] -> 0 if the process in it runs (and is called name)
+    local pid
+    [[ -s $1 ]] || return 1
+    pid="$(cat "$1")"
+    kill -0 "$pid" 2>/dev/null || return 1
+    [[ -z ${2:-} ]] || [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$2" ]]
 }
 
 start_munge() {
@@ -99,10 +105,11 @@ start_munge() {
     fi
     mkdir -p /run/munge /var/log/munge /var/lib/munge
     chown munge:munge /run/munge /var/log/munge /var/lib/munge
-    if pid_alive /run/munge/munged.pid && munge -n | unmunge >/dev/null 2>&1; then
+    if pid_alive /run/munge/munged.pid munged && munge -n | unmunge >/dev/null 2>&1; then
         return 0
     fi
     runuser -u munge -- /usr/sbin/munged
+    touch "$DIR/munged.ours"  # stop leaves a munged it did not start alone
     for _ in $(seq 50); do
         munge -n | unmunge >/dev/null 2>&1 && return 0
         sleep 0.2
@@ -131,15 +138,15 @@ start() {
     install_packages
     write_config
     start_munge
-    pid_alive "$DIR/slurmctld.pid" || slurmctld -f "$CONF"
-    pid_alive "$DIR/slurmd.pid" || slurmd -f "$CONF"
+    pid_alive "$DIR/slurmctld.pid" slurmctld || slurmctld -f "$CONF"
+    pid_alive "$DIR/slurmd.pid" slurmd || slurmd -f "$CONF"
     wait_node_idle
     echo "local SLURM cluster up: $(sinfo -h -o '%N %c CPUs %T') (SLURM_CONF=$CONF)"
 }
 
 stop_pidfile() {  # pidfile name
     local pid
-    pid_alive "$1" || return 0
+    pid_alive "$1" "$2" || return 0
     pid="$(cat "$1")"
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 50); do
@@ -151,12 +158,15 @@ stop_pidfile() {  # pidfile name
 
 stop() {
     need_root
-    if [[ -f $CONF ]] && pid_alive "$DIR/slurmctld.pid"; then
+    if [[ -f $CONF ]] && pid_alive "$DIR/slurmctld.pid" slurmctld; then
         scancel --user=root 2>/dev/null || true
     fi
-    stop_pidfile "$DIR/slurmd.pid"
-    stop_pidfile "$DIR/slurmctld.pid"
-    stop_pidfile /run/munge/munged.pid
+    stop_pidfile "$DIR/slurmd.pid" slurmd
+    stop_pidfile "$DIR/slurmctld.pid" slurmctld
+    if [[ -f $DIR/munged.ours ]]; then
+        stop_pidfile /run/munge/munged.pid munged
+        rm -f "$DIR/munged.ours"
+    fi
     rm -rf "$DIR/state" "$DIR/spool"
     echo "local SLURM cluster stopped"
 }

@@ -1,0 +1,96 @@
+"""The DeepSpeed entry point: one process per rank.
+
+    deepspeed --num_gpus 2 launch/train.py --ds_config configs/ds/zero3.json \\
+        --config configs/tiny-bert-vcycle.yaml
+
+(or ``python -m launch.train`` under torchrun / srun / mlsys.spawn). Validates both configs
+before anything else (exit 2, message naming file and field), picks the CPU accelerator and
+gloo when no GPU is present, maps SLURM's variables to torch.distributed's, then runs
+``mlsys.controller.run_training``. Resumes at the newest checkpoint by default; ``--resume``
+insists on one, ``--fresh`` discards an earlier run's outputs. SIGTERM / SIGUSR1 checkpoint and
+exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", required=True, help="run config (YAML)")
+    p.add_argument("--ds_config", "--deepspeed_config", dest="ds_config", required=True,
+                   help="DeepSpeed config (JSON)")
+    p.add_argument("--local_rank", type=int, default=None, help="set by the deepspeed launcher")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--resume", action="store_true", help="require a checkpoint to resume from")
+    g.add_argument("--fresh", action="store_true", help="start over, discarding earlier outputs")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p.parse_args(argv)
+
+
+def validate(config: str, ds_config: str, world_size: int):
+    """(run config, resolved DeepSpeed config) or ConfigError. Touches nothing."""
+    from mlsys.config import load_run_config
+    from mlsys.ds_config import load_ds_config, resolve_ds_config
+
+    cfg = load_run_config(config)
+    ds = resolve_ds_config(load_ds_config(ds_config), cfg, world_size, source=ds_config)
+    return cfg, ds
+
+
+def _distributed_env(local_rank: int | None) -> None:
+    """Fill RANK/WORLD_SIZE/... from SLURM when launched by srun without a launcher."""
+    if "SLURM_PROCID" in os.environ and "RANK" not in os.environ:
+        try:
+            from mlsys.slurm_env import slurm_dist_env
+        except ImportError:  # pragma: no cover - slurm helper not installed
+            return
+        os.environ.update(slurm_dist_env(os.environ))
+    if local_rank is not None and "LOCAL_RANK" not in os.environ:
+        os.environ["LOCAL_RANK"] = str(local_rank)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    _distributed_env(args.local_rank)
+    from mlsys.config import ConfigError
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    try:
+        cfg, ds = validate(args.config, args.ds_config, world)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
+
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import deepspeed
+
+    from mlsys.controller import run_training
+    from mlsys.preempt import StopFlag
+
+    stop = StopFlag().install()
+    if "RANK" not in os.environ:  # a single process without a launcher
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=os.environ.get("MASTER_PORT", "29511"))
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    deepspeed.init_distributed(dist_backend=backend)
+    resume: bool | str = True if args.resume else (False if args.fresh else "auto")
+    result = run_training(cfg, ds, resume=resume, stop=stop, progress=not args.no_progress)
+    if int(os.environ["RANK"]) == 0:
+        print(f"{cfg.name}: {result['status']}" + (
+            f", val loss {result['val_loss']:.4f}, final model in {result['final_dir']}"
+            if result["status"] == "done" and result.get("val_loss") is not None else ""),
+            flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

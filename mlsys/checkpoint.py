@@ -1,0 +1,112 @@
+"""Checkpoints: DeepSpeed engine state plus the controller's state, resumable at any step.
+
+``<run_dir>/checkpoints/<tag>/`` holds DeepSpeed's files (model, optimizer, LR schedule; the
+controller state also goes into DeepSpeed's client state), ``rng/rank<r>.pt`` (each rank's
+torch / numpy / python RNG), and ``controller.json``, written last by rank 0: a tag without it
+is incomplete and ignored. Tags are ``step<global step>-phase<phase>``; the newest complete one
+is what a resume loads. The saved interpolation weights live outside the tags
+(``<run_dir>/vcycle/``), referenced by path from the state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mlsys.weights_io import barrier, rank
+
+STATE_FILE = "controller.json"
+
+
+@dataclass
+class ControllerState:
+    """Where a run stands: the phase, steps done in it, data position, cost counters, and the
+    saved weights (level -> safetensors path) that up-transitions interpolate with."""
+
+    phase: int = 0
+    step_in_phase: int = 0
+    global_step: int = 0
+    consumed_samples: int = 0
+    tokens: int = 0
+    flops: int = 0
+    wall_seconds: float = 0.0
+    saved: dict[int, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ControllerState:
+        d = dict(d)
+        d["saved"] = {int(k): v for k, v in d.get("saved", {}).items()}
+        return cls(**d)
+
+
+def _tag(state: ControllerState) -> str:
+    return f"step{state.global_step:07d}-phase{state.phase}"
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+            "python": random.getstate()}
+
+
+def _set_rng_state(s: dict[str, Any]) -> None:
+    torch.set_rng_state(s["torch"])
+    np.random.set_state(s["numpy"])
+    random.setstate(s["python"])
+
+
+def complete_tags(root: str | Path) -> list[str]:
+    """Tags with a controller.json, oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    tags = [p.name for p in root.iterdir() if (p / STATE_FILE).is_file()]
+    return sorted(tags, key=lambda t: (int(t[4:11]), t))
+
+
+def latest_tag(root: str | Path) -> str | None:
+    tags = complete_tags(root)
+    return tags[-1] if tags else None
+
+
+def read_state(root: str | Path, tag: str) -> ControllerState:
+    return ControllerState.from_dict(json.loads((Path(root) / tag / STATE_FILE).read_text()))
+
+
+def save_checkpoint(engine: Any, root: str | Path, state: ControllerState, keep: int) -> str:
+    """Save engine + RNG + state under a new tag (collective); keep the newest ``keep`` tags."""
+    root = Path(root)
+    tag = _tag(state)
+    engine.save_checkpoint(str(root), tag=tag, client_state={"controller": asdict(state)},
+                           save_latest=False)
+    rng_dir = root / tag / "rng"
+    rng_dir.mkdir(parents=True, exist_ok=True)
+    torch.save(_rng_state(), rng_dir / f"rank{rank()}.pt")
+    barrier()
+    if rank() == 0:
+        tmp = root / tag / f"{STATE_FILE}.tmp"
+        tmp.write_text(json.dumps(asdict(state), indent=1))
+        os.replace(tmp, root / tag / STATE_FILE)
+        for old in complete_tags(root)[:-keep]:
+            shutil.rmtree(root / old, ignore_errors=True)
+    barrier()
+    return tag
+
+
+def load_checkpoint(engine: Any, root: str | Path, tag: str) -> ControllerState:
+    """Load engine state and this rank's RNG from ``tag`` (collective); returns the state."""
+    path, client = engine.load_checkpoint(str(root), tag=tag, load_optimizer_states=True,
+                                          load_lr_scheduler_states=True)
+    if path is None:
+        raise RuntimeError(f"{Path(root) / tag}: DeepSpeed could not load this checkpoint")
+    rng_file = Path(root) / tag / "rng" / f"rank{rank()}.pt"
+    if rng_file.is_file():
+        _set_rng_state(torch.load(rng_file, weights_only=False))
+    return read_state(root, tag)

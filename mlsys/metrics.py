@@ -1,0 +1,93 @@
+"""metrics.jsonl: one JSON record per line, written by rank 0, and the loss-vs-FLOPs plot.
+
+Records (every one has ``event``, ``step`` = global optimizer steps so far, and ``flops`` =
+cumulative training FLOPs):
+
+- ``step``: phase, level, phase_step, tokens (cumulative), flops, loss, lr, seconds (this
+  step), wall (cumulative seconds of training, transitions and validation, across resumes)
+- ``eval``: phase, level, phase_step, tokens, flops, val_loss, wall
+- ``transition``: phase (the new one), from_level, to_level, transition_seconds,
+  peak_memory_bytes
+- ``checkpoint``, ``resume``, ``preempted``: phase, phase_step, tag
+- ``end``: val_loss, flops, wall, peak_memory_bytes, final_dir
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """All records of a metrics.jsonl file, in order."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class MetricsLog:
+    """Append-only JSONL writer; a no-op on ranks other than 0."""
+
+    def __init__(self, path: str | Path, enabled: bool) -> None:
+        self.path = Path(path)
+        self.enabled = enabled
+        self._file = None
+        if enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a")
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self._file is not None:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def truncate_after(path: str | Path, step: int) -> int:
+    """Drop records logged after global step ``step`` (what a resumed run will redo); returns
+    how many were dropped. Atomic (temp file, rename)."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    records = read_metrics(path)
+    keep = [r for r in records if r.get("step", 0) <= step]
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in keep)
+    os.replace(tmp, path)
+    return len(records) - len(keep)
+
+
+def plot_val_loss(records: list[dict[str, Any]], png: str | Path, title: str = "") -> Path:
+    """Validation loss against cumulative FLOPs, one colour per level, transitions marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    png = Path(png)
+    evals = [r for r in records if r["event"] == "eval"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot([r["flops"] for r in evals], [r["val_loss"] for r in evals], color="0.7", lw=1)
+    for level in sorted({r["level"] for r in evals}):
+        pts = [r for r in evals if r["level"] == level]
+        ax.scatter([r["flops"] for r in pts], [r["val_loss"] for r in pts], s=14,
+                   label=f"level {level}")
+    for r in records:
+        if r["event"] == "transition":
+            ax.axvline(r["flops"], color="0.85", ls="--", lw=1)
+    ax.set_xlabel("cumulative training FLOPs")
+    ax.set_ylabel("validation loss")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    tmp = png.with_name(png.stem + f".tmp{os.getpid()}.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, png)
+    return png

@@ -1,0 +1,67 @@
+"""Start N local ranks of a Python module on one machine (what ``deepspeed --num_gpus N`` or
+``torchrun`` do), forwarding SIGTERM/SIGUSR1/SIGINT to every rank; used by the demo and tests.
+
+Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_ranks(module: str, args: Sequence[str], nproc: int, env: dict[str, str] | None = None,
+                cwd: str | None = None, stdout=None, stderr=None) -> list[subprocess.Popen]:
+    """Popen ``python -m module args`` once per rank (rank 0 first)."""
+    port = str(free_port())
+    procs = []
+    for r in range(nproc):
+        e = dict(os.environ if env is None else env)
+        e.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(nproc),
+                 LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        procs.append(subprocess.Popen([sys.executable, "-m", module, *args], env=e, cwd=cwd,
+                                      stdout=stdout, stderr=stderr))
+    return procs
+
+
+def wait_ranks(procs: list[subprocess.Popen]) -> int:
+    """Wait for every rank, forwarding preemption signals; the first non-zero exit code, else 0.
+    If a rank fails, the others are terminated (they would wait on it forever)."""
+    def forward(signum: int, frame: object) -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
+    try:
+        codes: dict[int, int] = {}
+        while len(codes) < len(procs):
+            for i, p in enumerate(procs):
+                if i in codes:
+                    continue
+                try:
+                    codes[i] = p.wait(timeout=0.5)
+                except subprocess.TimeoutExpired:
+                    continue
+                if codes[i] != 0:
+                    for q in procs:
+                        if q.poll() is None:
+                            q.terminate()
+        return next((c for c in codes.values() if c != 0), 0)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def run_ranks(module: str, args: Sequence[str], nproc: int, **kw) -> int:
+    return wait_ranks(start_ranks(module, args, nproc, **kw))

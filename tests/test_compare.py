@@ -1,0 +1,52 @@
+"""The benchmark's arithmetic: reaching a target, savings, transition jumps."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlsys.compare import Curve, first_reach, summarize, transition_jumps
+
+
+def test_first_reach_interpolates_between_evaluations():
+    assert first_reach([0, 10, 20], [5.0, 4.0, 3.0], 3.5) == pytest.approx(15.0)
+    assert first_reach([0, 10, 20], [5.0, 4.0, 3.0], 5.0) == 0
+    assert first_reach([0, 10, 20], [5.0, 4.0, 3.0], 2.9) is None
+
+
+def test_smoothing_is_a_trailing_mean():
+    c = Curve([1, 2, 3], [1, 2, 3], [1, 2, 3], [6.0, 3.0, 0.0])
+    assert c.smoothed(2) == [6.0, 4.5, 1.5]
+
+
+def _records():
+    def ev(step, phase, level, flops, val):
+        return {"event": "eval", "step": step, "phase": phase, "level": level, "flops": flops,
+                "wall": flops / 10, "val_loss": val}
+
+    return [
+        {"event": "step", "step": 1, "phase": 0, "level": 1, "flops": 1, "seconds": 0.5},
+        ev(100, 0, 2, 100.0, 4.0),
+        {"event": "transition", "step": 100, "phase": 1, "level": 1, "flops": 100.0,
+         "from_level": 2, "to_level": 1, "transition_seconds": 2.0},
+        ev(100, 1, 1, 100.0, 4.5),
+        ev(200, 1, 1, 200.0, 4.1),
+        ev(250, 1, 1, 250.0, 3.9),
+        {"event": "end", "step": 250, "phase": 1, "level": 1, "flops": 250.0, "wall": 25.0},
+    ]
+
+
+def test_transition_jump_before_after_and_later():
+    (jump,) = transition_jumps(_records(), after_steps=100)
+    assert jump["before"] == 4.0 and jump["after"] == 4.5 and jump["after_100"] == 4.1
+    assert jump["jump"] == pytest.approx(0.5) and jump["jump_100"] == pytest.approx(0.1)
+
+
+def test_summary_saving_against_the_baseline():
+    row = summarize("v", 2, _records(), target=4.0, baseline_to_target=(400.0, 40.0), window=1)
+    # the small level's 4.0 does not count; level 1 reaches 4.0 between steps 200 and 250
+    assert row["flops_to_target"] == pytest.approx(225.0)
+    assert row["saving_flops"] == pytest.approx(1 - 225.0 / 400.0)
+    assert row["saving_wall"] == pytest.approx(1 - 22.5 / 40.0)
+    assert row["transition_seconds"] == [2.0]
+    none = summarize("v", 2, _records(), target=3.0, baseline_to_target=(400.0, 40.0), window=1)
+    assert none["flops_to_target"] is None and none["saving_flops"] is None

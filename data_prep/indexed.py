@@ -80,7 +80,7 @@ class IndexedWriter:
         doc_seqs = np.asarray(doc_seqs, dtype=np.int64)
         if int(seq_lengths.sum()) != len(tokens) or int(doc_seqs.sum()) != len(seq_lengths):
             raise ValueError("chunk lengths do not add up")
-        self._bin.write(np.asarray(tokens, dtype=self.dtype).tobytes())
+        self._bin.write(np.ascontiguousarray(tokens, dtype=self.dtype).data)
         self._lens.write(seq_lengths.tobytes())
         self._docs.write((self.num_sequences + np.cumsum(doc_seqs)).astype(np.int64).tobytes())
         self.num_sequences += len(seq_lengths)

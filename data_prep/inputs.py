@@ -94,13 +94,13 @@ def read_records(path: str, json_key: str = "text") -> Iterator[Record | Problem
     with open(path, "rb") as f:
         if fmt == "jsonl":
             for lineno, line in enumerate(f, 1):
-                if line.strip():
+                if not line.isspace():
                     yield Record(path, lineno, fmt, line)
             return
         doc: list[bytes] = []
         start = 0
         for lineno, line in enumerate(f, 1):
-            if line.strip():
+            if not line.isspace():
                 if not doc:
                     start = lineno
                 doc.append(line)

@@ -48,11 +48,12 @@ class ChunkResult:
 _state: dict = {}
 
 
-def _init_worker(model_path: str, eod: int, split: bool, append_eod: bool, json_key: str) -> None:
+def _init_worker(model_path: str, eod: int, split: bool, append_eod: bool, json_key: str,
+                 dtype: str) -> None:
     import sentencepiece as spm
 
     _state.update(sp=spm.SentencePieceProcessor(model_file=model_path), eod=eod, split=split,
-                  append_eod=append_eod, json_key=json_key)
+                  append_eod=append_eod, json_key=json_key, dtype=np.dtype(dtype))
 
 
 def _encode_chunk(records: list[Record]) -> ChunkResult:
@@ -77,7 +78,7 @@ def _encode_chunk(records: list[Record]) -> ChunkResult:
             i += len(d)
             encoded[i - 1] = encoded[i - 1] + [_state["eod"]]
     seq_lengths = np.fromiter((len(e) for e in encoded), dtype=np.int32, count=len(encoded))
-    tokens = np.fromiter(chain.from_iterable(encoded), dtype=np.int32,
+    tokens = np.fromiter(chain.from_iterable(encoded), dtype=_state["dtype"],
                          count=int(seq_lengths.sum()))
     return ChunkResult(tokens, seq_lengths, np.array([len(d) for d in docs], dtype=np.int64),
                        problems)
@@ -108,11 +109,12 @@ def build_shards(inputs: list[str], tokenizer_dir: str, out_prefix: str, workers
     with open(os.path.join(tokenizer_dir, META_FILE), encoding="utf-8") as f:
         meta = json.load(f)
     model_path = os.path.join(tokenizer_dir, MODEL_FILE)
-    init_args = (model_path, meta["ids"]["eod"], split_sentences, append_eod, json_key)
+    dtype = token_dtype(meta["vocab_size"])
+    init_args = (model_path, meta["ids"]["eod"], split_sentences, append_eod, json_key, dtype.str)
     log = ProblemLog(strict=strict)
     records = iter_documents(paths, json_key, log)
     bar = _progress(progress)
-    with IndexedWriter(out_prefix, token_dtype(meta["vocab_size"])) as writer:
+    with IndexedWriter(out_prefix, dtype) as writer:
         def consume(result: ChunkResult) -> None:
             for p in result.problems:
                 log.add(p)

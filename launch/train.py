@@ -27,16 +27,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true", help="require a checkpoint to resume from")
     g.add_argument("--fresh", action="store_true", help="start over, discarding earlier outputs")
+    p.add_argument("--run-dir", default=None, help="override the run config's run_dir")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
 
-def validate(config: str, ds_config: str, world_size: int):
+def validate(config: str, ds_config: str, world_size: int, run_dir: str | None = None):
     """(run config, resolved DeepSpeed config) or ConfigError. Touches nothing."""
     from mlsys.config import load_run_config
     from mlsys.ds_config import load_ds_config, resolve_ds_config
 
     cfg = load_run_config(config)
+    if run_dir is not None:
+        cfg = cfg.model_copy(update={"run_dir": run_dir})
     ds = resolve_ds_config(load_ds_config(ds_config), cfg, world_size, source=ds_config)
     return cfg, ds
 
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     try:
-        cfg, ds = validate(args.config, args.ds_config, world)
+        cfg, ds = validate(args.config, args.ds_config, world, args.run_dir)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2

@@ -5,7 +5,10 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
     name: tiny-bert-vcycle          # the run's name; outputs go to run_dir (default runs/<name>)
     run_dir: runs/tiny-bert-vcycle
     model:                          # the level-1 (full size) model
-      family: bert                  # bert -> BertForMaskedLM, gpt -> GPT2LMHeadModel
+      family: bert                  # bert -> BertForMaskedLM, gpt -> GPT2LMHeadModel,
+                                    # vit / deit -> {ViT,DeiT}ForImageClassification (image
+                                    # data; extra: image_size, patch_size; seq_length = tokens
+                                    # per image: (image_size/patch_size)^2 + 1, +2 for deit)
       hidden_size: 128
       num_layers: 4
       num_heads: 4
@@ -57,13 +60,17 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-FAMILY_KIND = {"bert": "bert", "gpt": "gpt"}  # model family -> data kind (masked LM / causal LM)
+# model family -> data kind (masked LM / causal LM / image classification)
+FAMILY_KIND = {"bert": "bert", "gpt": "gpt", "vit": "image", "deit": "image"}
+# image families: tokens per image besides the patches (CLS; DeiT adds the distillation token)
+EXTRA_TOKENS = {"vit": 1, "deit": 2}
 
 
 class ConfigError(ValueError):
@@ -75,7 +82,7 @@ class _Strict(BaseModel):
 
 
 class ModelConfig(_Strict):
-    family: Literal["bert", "gpt"]
+    family: Literal["bert", "gpt", "vit", "deit"]
     hidden_size: int = Field(gt=0)
     num_layers: int = Field(gt=0)
     num_heads: int = Field(gt=0)
@@ -108,7 +115,7 @@ class DataConfig(_Strict):
 
     @model_validator(mode="after")
     def _both_or_neither(self) -> DataConfig:
-        if (self.tokenizer_dir is None) != (self.data_prefix is None):
+        if self.tokenizer_dir is not None and self.data_prefix is None:
             raise ValueError("tokenizer_dir and data_prefix: give both, or neither "
                              "(neither: the default corpus is prepared under prepare_dir)")
         parts = self.split.split(",")
@@ -183,14 +190,33 @@ class RunConfig(_Strict):
             if value % factor:
                 raise ValueError(f"model.{field}: {value} is not divisible by {factor}, "
                                  f"needed to reach level {deepest}")
-        if self.data.seq_length > m.max_position:
+        if m.family in EXTRA_TOKENS:
+            self._check_image_tokens()
+        elif (self.data.tokenizer_dir is None) != (self.data.data_prefix is None):
+            raise ValueError("data.tokenizer_dir and data.data_prefix: give both, or neither "
+                             "(neither: the default corpus is prepared under prepare_dir)")
+        elif self.data.seq_length > m.max_position:
             raise ValueError(f"data.seq_length: {self.data.seq_length} exceeds "
                              f"model.max_position {m.max_position}")
         return self
 
+    def _check_image_tokens(self) -> None:
+        m, d = self.model, self.data
+        if d.tokenizer_dir is not None:
+            raise ValueError("data.tokenizer_dir: image data has no tokenizer (set null)")
+        size, patch = m.extra.get("image_size"), m.extra.get("patch_size")
+        if not (isinstance(size, int) and isinstance(patch, int) and patch > 0
+                and size % patch == 0):
+            raise ValueError(f"model.extra: image_size and patch_size must be integers, "
+                             f"patch_size dividing image_size (got {size!r}, {patch!r})")
+        tokens = (size // patch) ** 2 + EXTRA_TOKENS[m.family]
+        if d.seq_length != tokens:
+            raise ValueError(f"data.seq_length: {m.family} at image_size {size}, patch_size "
+                             f"{patch} sees {tokens} tokens per image, not {d.seq_length}")
+
     @property
     def kind(self) -> str:
-        """Data kind for mlsys.data: 'bert' (masked LM) or 'gpt' (causal LM)."""
+        """Data kind: 'bert' (masked LM), 'gpt' (causal LM) or 'image' (classification)."""
         return FAMILY_KIND[self.model.family]
 
     @property
@@ -213,6 +239,9 @@ def _format(err: ValidationError) -> str:
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
+        head, sep, rest = msg.partition(": ")
+        if loc and sep and re.fullmatch(r"[A-Za-z_][\w.]*", head):  # a section's own check
+            loc, msg = f"{loc}.{head}", rest
         lines.append(f"  {loc}: {msg}" if loc else f"  {msg}")
     return "\n".join(lines)
 

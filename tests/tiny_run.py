@@ -1,0 +1,87 @@
+"""Helpers for the training tests: tiny run configs over the conftest corpora (``bert_data``,
+``gpt_data``: real stdlib excerpts, sentencepiece 512, megatron shards) and 2-rank launches of
+launch/train.py on gloo through mlsys.spawn."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_config(kind: str, tok: str, prefix: str, run_dir: Path, phases: list[dict],
+               **train: Any) -> dict:
+    """A tiny fp32 run config (2 layers, hidden 64) as a dict."""
+    return {"name": f"test-{kind}", "run_dir": str(run_dir),
+            "model": {"family": kind, "hidden_size": 64, "num_layers": 2, "num_heads": 4,
+                      "ffn_size": 128, "max_position": 64, "dropout": 0.1},
+            "data": {"tokenizer_dir": tok, "data_prefix": prefix, "seq_length": 64,
+                     "split": "90,10,0"},
+            "train": {"micro_batch_size": 4, "global_batch_size": 8, "eval_every": 4,
+                      "eval_batches": 2, **train},
+            "vcycle": {"alpha": 0.8}, "phases": phases}
+
+
+def write_yaml(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def env() -> dict[str, str]:
+    return dict(os.environ, DS_ACCELERATOR="cpu", PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+
+
+def start(config: Path, ds: str, nproc: int = 2, extra: tuple[str, ...] = (),
+          log: Path | None = None) -> list[subprocess.Popen]:
+    from mlsys.spawn import start_ranks
+
+    out = open(log, "w") if log is not None else subprocess.DEVNULL
+    return start_ranks("launch.train", ["--config", str(config), "--ds_config",
+                                        str(REPO / "configs" / "ds" / ds), "--no-progress",
+                                        *extra], nproc, env=env(), cwd=str(REPO),
+                       stdout=out, stderr=subprocess.STDOUT)
+
+
+def train(config: Path, ds: str, nproc: int = 2, extra: tuple[str, ...] = (),
+          log: Path | None = None, timeout: float = 900) -> None:
+    """Run launch/train.py on ``nproc`` ranks to completion; AssertionError with the log tail."""
+    from mlsys.spawn import wait_ranks
+
+    procs = start(config, ds, nproc, extra, log)
+    deadline = time.time() + timeout
+    code = wait_ranks(procs) if timeout is None else _wait(procs, deadline)
+    if code != 0:
+        tail = log.read_text()[-4000:] if log is not None else ""
+        raise AssertionError(f"training exited {code}\n{tail}")
+
+
+def _wait(procs: list[subprocess.Popen], deadline: float) -> int:
+    for p in procs:
+        try:
+            p.wait(timeout=max(1.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+    return next((p.returncode for p in procs if p.returncode != 0), 0)
+
+
+def exported_val_loss(config_path: Path, final_dir: Path, auto_class: type) -> float:
+    """Validation loss of an exported model, in this process, on the run's validation samples."""
+    from mlsys.config import load_run_config
+    from mlsys.evaluate import validation_loss
+    from mlsys.run_data import build_run_data
+    from mlsys.stream import batches, eval_indices
+
+    cfg = load_run_config(config_path)
+    g = cfg.train.global_batch_size
+    data = build_run_data(cfg, cfg.total_steps * g, cfg.train.eval_batches * g)
+    model = auto_class.from_pretrained(final_dir)
+    idx = eval_indices(cfg.train.eval_batches * g, cfg.train.micro_batch_size, 1, 0)
+    return validation_loss(model, batches(data.valid, idx, data.collate), cfg.kind)

@@ -33,7 +33,7 @@ import torch.distributed as dist
 
 from mlsys import checkpoint as ckpt
 from mlsys.config import RunConfig
-from mlsys.evaluate import validation_loss
+from mlsys.evaluate import validation_metrics
 from mlsys.flops import dims_of, flops_per_step
 from mlsys.metrics import MetricsLog, plot_val_loss, read_metrics, truncate_after
 from mlsys.preempt import StopFlag
@@ -166,10 +166,11 @@ class Controller:
     def _evaluate(self) -> float:
         n = self.cfg.train.eval_batches * self.cfg.train.global_batch_size
         idx = eval_indices(n, self.micro, self.world, self.rank)
-        loss = validation_loss(self.engine, batches(self.data.valid, idx, self.data.collate),
-                               self.cfg.kind, self.device)
-        self.last_val = loss
-        self._record("eval", val_loss=loss, wall=self._wall())
+        metrics = validation_metrics(self.engine, batches(self.data.valid, idx,
+                                                          self.data.collate),
+                                     self.cfg.kind, self.device)
+        loss = self.last_val = metrics["val_loss"]
+        self._record("eval", **metrics, wall=self._wall())
         return loss
 
     def _checkpoint(self) -> None:

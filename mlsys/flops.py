@@ -11,7 +11,10 @@ Attention: per layer and token the forward pass computes ``Q K^T`` and ``A V`` o
 positions, ``2 * 2 * S * d`` FLOPs; forward plus backward gives ``12 L S d`` (no discount for
 the causal mask, as in the Chinchilla accounting). Both logits for all positions are counted,
 also for BERT (Hugging Face's ``BertForMaskedLM`` projects every position).
-tests/test_flops.py checks this against ``torch.utils.flop_counter`` on the real models.
+ViT / DeiT: a token is a patch (or the CLS / distillation token); the patch embedding
+(``channels·p² × d`` per token) takes the LM head's place and the classifier (on one token per
+image) is left out. tests/test_flops.py (text) and tests/test_vit_vcycle.py (vision) check this
+against ``torch.utils.flop_counter`` on the real models.
 """
 
 from __future__ import annotations
@@ -23,28 +26,33 @@ from transformers import PretrainedConfig
 
 @dataclass(frozen=True)
 class Dims:
-    family: str  # "bert" or "gpt"
+    family: str  # "bert", "gpt" or "vit" (ViT and DeiT)
     hidden: int
     layers: int
     ffn: int
-    vocab: int
+    vocab: int  # vit: 0 (no LM head)
+    patch_inputs: int = 0  # vit: channels * patch_size ** 2
 
 
 def dims_of(config: PretrainedConfig) -> Dims:
-    """The dimensions that set the cost of a BERT or GPT-2 Hugging Face config."""
+    """The dimensions that set the cost of a BERT, GPT-2, ViT or DeiT Hugging Face config."""
     if config.model_type == "bert":
         return Dims("bert", config.hidden_size, config.num_hidden_layers,
                     config.intermediate_size, config.vocab_size)
     if config.model_type == "gpt2":
         ffn = config.n_inner if config.n_inner is not None else 4 * config.n_embd
         return Dims("gpt", config.n_embd, config.n_layer, ffn, config.vocab_size)
+    if config.model_type in ("vit", "deit"):
+        return Dims("vit", config.hidden_size, config.num_hidden_layers,
+                    config.intermediate_size, 0, config.num_channels * config.patch_size ** 2)
     raise ValueError(f"model_type: no FLOPs formula for {config.model_type!r}")
 
 
 def matmul_params(d: Dims) -> int:
     """N: weights of every linear map, including the LM head (and BERT's MLM transform)."""
     per_layer = 4 * d.hidden * d.hidden + 2 * d.hidden * d.ffn
-    head = d.hidden * d.vocab + (d.hidden * d.hidden if d.family == "bert" else 0)
+    head = d.hidden * d.vocab + (d.hidden * d.hidden if d.family == "bert" else 0) \
+        + d.patch_inputs * d.hidden
     return d.layers * per_layer + head
 
 

@@ -11,35 +11,30 @@ from pathlib import Path
 
 import yaml
 
+from mlsys.config import load_run_config
 from mlsys.metrics import read_metrics
 
-from .jobs import job_info, sbatch, wait_done, wait_for
+from .jobs import ROOT, job_info, sbatch, wait_done, wait_for
 
 TEMPLATE = "launch/slurm/bert-base.sbatch"
+TINY = "configs/tiny-bert-vcycle.yaml"
 JOB_TIMEOUT = 900  # seconds; the first job may build DeepSpeed's CPU comm op and the corpus
 # The template's GPU directives, resized to this node (2 CPUs, 2 stand-in GPUs).
 RESOURCES = ["--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=2", "--cpus-per-task=1",
              "--time=30"]
 
 
-def tiny_config(tmp: Path, phase_steps: tuple[int, int, int], checkpoint_every: int) -> Path:
-    """A tiny 2-level BERT V-cycle on the default corpus, writing to tmp/run."""
-    a, b, c = phase_steps
-    cfg = {
-        "name": "slurm-tiny", "run_dir": str(tmp / "run"),
-        "model": {"family": "bert", "hidden_size": 64, "num_layers": 4, "num_heads": 4,
-                  "ffn_size": 128, "max_position": 64},
-        "data": {"seq_length": 32},
-        "train": {"micro_batch_size": 4, "global_batch_size": 8, "eval_every": 1000,
-                  "eval_batches": 1, "checkpoint_every": checkpoint_every},
-        "vcycle": {"alpha": 0.8},
-        "phases": [{"level": 1, "steps": a, "lr": 1e-3},
-                   {"level": 2, "steps": b, "lr": 2e-3, "warmup": 2},
-                   {"level": 1, "steps": c, "lr": 1e-3, "warmup": 2}],
-    }
+def tiny_config(tmp: Path, scale: float, checkpoint_every: int) -> tuple[Path, int]:
+    """The repository's tiny CPU V-cycle (configs/tiny-bert-vcycle.yaml), its phases scaled by
+    ``schedule.scale``, writing to tmp/run; (config path, total steps)."""
+    cfg = yaml.safe_load((ROOT / TINY).read_text())
+    cfg["run_dir"] = str(tmp / "run")
+    cfg["schedule"] = {"scale": scale}
+    cfg["train"]["checkpoint_every"] = checkpoint_every
+    cfg["train"]["eval_every"] = 1000  # validation at phase ends only: keeps the jobs short
     path = tmp / "tiny.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    return path
+    return path, load_run_config(path).total_steps
 
 
 def submit(tmp: Path, env: dict[str, str], config: Path) -> tuple[int, Path]:
@@ -57,7 +52,8 @@ def assert_finished(run: Path, total_steps: int) -> list[dict]:
     from transformers import AutoConfig
 
     assert (run / "final" / "config.json").is_file()
-    assert AutoConfig.from_pretrained(run / "final").hidden_size == 64
+    want = load_run_config(run / ".." / "tiny.yaml").model.hidden_size
+    assert AutoConfig.from_pretrained(run / "final").hidden_size == want
     assert any(p.suffix == ".safetensors" or p.suffix == ".bin" for p in (run / "final").iterdir())
     assert step_records(run) == list(range(1, total_steps + 1))
     records = read_metrics(run / "metrics.jsonl")
@@ -70,9 +66,10 @@ def test_srun_maps_slurm_env_for_each_task(slurm_env, tmp_path):
     code = ("import json, os; print(json.dumps({k: os.environ[k] for k in "
             "('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')}))")
     log = tmp_path / "env.out"
-    job = sbatch(["--wait", "--ntasks=2", f"--output={log}", "--wrap",
+    job = sbatch(["--ntasks=2", f"--output={log}", "--wrap",
                   f"srun {sys.executable} -m mlsys.slurm_env {sys.executable} -c \"{code}\""],
                  slurm_env)
+    assert wait_done(job, slurm_env, 120, log)["JobState"] == "COMPLETED", log.read_text()
     lines = [json.loads(s) for s in log.read_text().splitlines() if s.startswith("{")]
     host = subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
     assert sorted(e["RANK"] for e in lines) == ["0", "1"]
@@ -83,12 +80,12 @@ def test_srun_maps_slurm_env_for_each_task(slurm_env, tmp_path):
 
 
 def test_template_trains_tiny_vcycle_to_final(slurm_env, tmp_path):
-    config = tiny_config(tmp_path, (4, 8, 8), checkpoint_every=0)
+    config, total = tiny_config(tmp_path, 0.05, checkpoint_every=0)  # 1 + 8 + 8 steps
     job, log = submit(tmp_path, slurm_env, config)
     info = wait_done(job, slurm_env, JOB_TIMEOUT, log)
     assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "0"), \
         log.read_text()[-4000:]
-    records = assert_finished(tmp_path / "run", 20)
+    records = assert_finished(tmp_path / "run", total)
     assert [r["to_level"] for r in records if r["event"] == "transition"] == [2, 1]
     assert not any(r["event"] == "resume" for r in records)
     assert "run.sh: finished" in log.read_text()
@@ -101,8 +98,7 @@ def _first_checkpoint(run: Path) -> bool:
 def _interrupt_and_check(tmp_path: Path, slurm_env: dict[str, str], interrupt: list[str]):
     """Start a run, interrupt it right after its first checkpoint, let SLURM requeue it, and
     check that the second start resumed from a checkpoint and finished."""
-    total = 4 + 60 + 60
-    config = tiny_config(tmp_path, (4, 60, 60), checkpoint_every=10)
+    config, total = tiny_config(tmp_path, 0.2, checkpoint_every=5)  # 4 + 30 + 30 steps
     run = tmp_path / "run"
     job, log = submit(tmp_path, slurm_env, config)
     wait_for("the first checkpoint", lambda: _first_checkpoint(run), JOB_TIMEOUT, log)
@@ -114,7 +110,7 @@ def _interrupt_and_check(tmp_path: Path, slurm_env: dict[str, str], interrupt: l
         text[-4000:]
     records = assert_finished(run, total)
     resumes = [r for r in records if r["event"] == "resume"]
-    assert len(resumes) == 1 and 4 <= resumes[0]["step"] < total, resumes
+    assert len(resumes) == 1 and 0 < resumes[0]["step"] < total, resumes
     # The requeued job logged only the steps after its checkpoint: no step before the resume
     # point comes after it in the log.
     at = records.index(resumes[0])

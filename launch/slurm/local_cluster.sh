@@ -42,6 +42,11 @@ write_config() {
     mkdir -p "$DIR/state" "$DIR/spool" "$DIR/log"
     local node cpus mem
     node="$(hostname -s)"
+    # The node's name becomes MASTER_ADDR (first host of the job's node list): it must resolve.
+    if ! getent hosts "$node" >/dev/null; then
+        echo "local_cluster.sh: hostname '$node' does not resolve; add '127.0.0.1 $node' to /etc/hosts" >&2
+        return 1
+    fi
     # slurmd -C prints e.g. "NodeName=vm CPUs=2 Boards=1 ... RealMemory=24105"
     cpus="$(slurmd -C | sed -n 's/.* CPUs=\([0-9]*\).*/\1/p' | head -1)"
     mem="$(slurmd -C | sed -n 's/.* RealMemory=\([0-9]*\).*/\1/p' | head -1)"

@@ -35,8 +35,8 @@ def load_profile(name: str) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
 
 
-def run_configs(profile: dict[str, Any], family: str, out: Path,
-                only: list[str] | None) -> dict[str, dict[str, Any]]:
+def run_configs(profile: dict[str, Any], family: str, out: Path, only: list[str] | None,
+                scale: float = 1.0) -> dict[str, dict[str, Any]]:
     """Run config per run name: the family's shared sections plus the run's own ones."""
     if family not in profile["families"]:
         raise SystemExit(f"--family: {family!r} is not in this profile "
@@ -52,6 +52,7 @@ def run_configs(profile: dict[str, Any], family: str, out: Path,
                 cfg[section] = {**cfg[section], **value}
             else:
                 cfg[section] = value
+        cfg["schedule"] = {"scale": scale}
         cfg["name"] = f"{family}-{name}"
         cfg["run_dir"] = str(out / name)
         configs[name] = cfg
@@ -148,7 +149,7 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
     profile = load_profile(args.profile)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    configs = run_configs(profile, args.family, out, args.runs)
+    configs = run_configs(profile, args.family, out, args.runs, args.scale)
     if not args.analyse_only:
         for cfg in configs.values():
             print(f"== {cfg['name']}", flush=True)
@@ -194,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--family", default="bert", help="bert | gpt (as the profile lists)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--runs", nargs="*", help="only these runs of the profile")
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="multiply every phase's steps (a quick smoke run: 0.05)")
     p.add_argument("--analyse-only", action="store_true", help="re-read finished runs")
     p.add_argument("--transitions", type=int, default=0,
                    help="instead: cycle a tiny ZeRO-3 model down and up N times")

@@ -44,8 +44,10 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
       alpha: 0.8                    # interpolation: (1-alpha) * saved + alpha * de-coalesced
       width: 2                      # per level: 1 or 2
       depth: 2
-      depth_mapping: copy
-      optimizer: reset              # a fresh optimizer and LR schedule per phase
+      depth_mapping: copy           # copy (the paper) | identity (2nd copy an identity block)
+      optimizer: reset              # reset: a fresh optimizer per phase | map: Adam moments
+                                    # carried through the operators (mlsys/optimizer_state.py)
+      noise: 0.0                    # after de-coalescing: relative Gaussian noise per tensor
     schedule:
       scale: 1.0                    # multiplies every phase's steps and warmup
     phases:                         # level 1 = full size; each transition moves one level
@@ -145,8 +147,9 @@ class VCycleConfig(_Strict):
     alpha: float = Field(default=0.8, ge=0.0, le=1.0)
     width: Literal[1, 2] = 2
     depth: Literal[1, 2] = 2
-    depth_mapping: Literal["copy"] = "copy"
-    optimizer: Literal["reset"] = "reset"
+    depth_mapping: Literal["copy", "identity"] = "copy"
+    optimizer: Literal["reset", "map"] = "reset"
+    noise: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
 class ScheduleConfig(_Strict):

@@ -55,6 +55,15 @@ def peak_memory_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def resident_memory_bytes() -> int:
+    """This process's resident memory now (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
 class Controller:
     """One training run. Construct on every rank, then ``run()``."""
 
@@ -224,37 +233,49 @@ class Controller:
         return True
 
     def _transition(self) -> None:
-        """Move from the current phase's level to the next phase's, on a fresh engine."""
+        """Move from the current phase's level to the next phase's, on a fresh engine.
+
+        With ``vcycle.optimizer: map`` the new engine is built before the old one is destroyed
+        and Adam's moments (and step count) are carried through the same operator."""
         from mlsys.models import build_model
         from mlsys.operators import coalesce, decoalesce, interpolate
+        from mlsys.optimizer_state import adam_state_of, map_adam_state
+        from mlsys.symmetry import add_relative_noise
+        from mlsys.weights_io import load_weights
 
         t0 = time.perf_counter()
         s, v, fam = self.state, self.cfg.vcycle, self.cfg.model.family
         src, dst = self.cfg.phases[s.phase].level, self.cfg.phases[s.phase + 1].level
+        old = self.engine
         if dst > src:
             path = self.out / "vcycle" / f"phase{s.phase}-level{src}.safetensors"
-            save_weights(self.engine.module, path)
+            save_weights(old.module, path)
             s.saved[src] = str(path)
-            model = coalesce(self.engine.module, width=v.width, depth=v.depth, scheme=v.scheme,
+            model = coalesce(old.module, width=v.width, depth=v.depth, scheme=v.scheme,
                              depth_mapping=v.depth_mapping)
-            self._destroy_engine()
         else:
-            large = decoalesce(self.engine.module, self.configs[dst], scheme=v.scheme,
+            large = decoalesce(old.module, self.configs[dst], scheme=v.scheme,
                                depth_mapping=v.depth_mapping)
-            self._destroy_engine()
-            from mlsys.weights_io import load_weights
-
+            add_relative_noise(large, v.noise, seed=self.cfg.train.seed + s.phase)
             model = build_model(self.configs[dst], fam, self.cfg.train.seed)
             load_weights(model, s.saved[dst])
             interpolate(model, large, v.alpha)
             del large
-            gc.collect()
+        if v.optimizer == "reset":
+            self._destroy_engine()
         s.phase += 1
         s.step_in_phase = 0
         self._new_engine(model, s.phase)
+        if v.optimizer == "map":
+            map_adam_state(old.module, adam_state_of(old), self.engine.module,
+                           adam_state_of(self.engine), scheme=v.scheme,
+                           depth_mapping=v.depth_mapping)
+            old.destroy()
+        del old
+        gc.collect()
         self._record("transition", from_level=src, to_level=dst,
                      transition_seconds=time.perf_counter() - t0,
-                     peak_memory_bytes=peak_memory_bytes())
+                     peak_memory_bytes=peak_memory_bytes(), rss_bytes=resident_memory_bytes())
         self._evaluate()
 
     def _finish(self) -> dict[str, Any]:

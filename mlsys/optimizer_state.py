@@ -72,6 +72,11 @@ class TorchAdamState:
                 self._state(p)["step"] = torch.tensor(float(step))
 
 
+# Where DeepSpeed's optimizers (ZeRO-3, ZeRO-1/2, bf16) keep their fp32 master partitions.
+_FP32_FLATS = ("fp32_partitioned_groups_flat", "single_partition_of_fp32_groups",
+               "fp32_groups_flat_partition")
+
+
 class DeepSpeedAdamState:
     """The state inside a DeepSpeed engine (ZeRO 1–3), through DeepSpeed's safe accessors;
     every call is collective: all ranks must make the same calls in the same order."""
@@ -85,13 +90,41 @@ class DeepSpeedAdamState:
         return safe_get_full_optimizer_state(param, key).reshape(full_shape(param))
 
     def set(self, param, key, value):
-        from deepspeed.utils import safe_set_full_optimizer_state
+        from deepspeed.utils import safe_set_full_optimizer_state, safe_set_local_optimizer_state
 
-        safe_set_full_optimizer_state(param, value.reshape(full_shape(param)), key)
+        self._ensure_state()
+        if not hasattr(param, "ds_id"):
+            safe_set_full_optimizer_state(param, value.reshape(full_shape(param)), key)
+            return
+        # ZeRO-3: write this rank's (padded) partition; DeepSpeed 0.19.8's full setter slices
+        # past the end on the last rank when the size does not divide by the world size.
+        import torch.distributed as dist
+
+        n = param.ds_tensor.numel()
+        rank = dist.get_rank(group=param.ds_process_group)
+        flat = value.detach().flatten()
+        flat = torch.cat([flat, flat.new_zeros(max(0, n * (rank + 1) - flat.numel()))])
+        safe_set_local_optimizer_state(param, flat[n * rank: n * (rank + 1)], key)
+
+    def _base(self) -> torch.optim.Optimizer:
+        return getattr(self.engine.optimizer, "optimizer", self.engine.optimizer)
+
+    def _ensure_state(self) -> None:
+        """A new engine's Adam has no state until its first step: create it (zeros, step 0)."""
+        base, wrapper = self._base(), self.engine.optimizer
+        flats = [p for g in base.param_groups for p in g["params"]]
+        for attr in _FP32_FLATS:  # ZeRO keeps the fp32 partitions outside param_groups
+            flats += list(getattr(wrapper, attr, None) or [])
+        for p in flats:
+            if p is not None:
+                state = base.state[p]
+                if "exp_avg" not in state:
+                    state["step"] = torch.tensor(0.0)
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
 
     def _base_states(self) -> list[dict]:
-        base = getattr(self.engine.optimizer, "optimizer", self.engine.optimizer)
-        return [s for s in base.state.values() if "step" in s]
+        return [s for s in self._base().state.values() if "step" in s]
 
     def step(self) -> int:
         return max((int(s["step"]) for s in self._base_states()), default=0)
@@ -101,6 +134,15 @@ class DeepSpeedAdamState:
             old = state["step"]
             state["step"] = torch.tensor(float(step), dtype=old.dtype, device=old.device) \
                 if torch.is_tensor(old) else step
+
+
+def adam_state_of(engine) -> AdamState:
+    """The Adam state accessor for a DeepSpeed engine: DeepSpeed's own accessors where ZeRO or
+    the bf16 optimizer hold fp32 masters, else the plain torch optimizer it wraps."""
+    params = list(engine.module.parameters())
+    if any(hasattr(p, "ds_id") or hasattr(p, "_hp_mapping") for p in params):
+        return DeepSpeedAdamState(engine)
+    return TorchAdamState(engine.optimizer)
 
 
 def map_adam_state(source: nn.Module, source_state: AdamState, target: nn.Module,

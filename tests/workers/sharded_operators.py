@@ -15,6 +15,7 @@ from transformers.integrations import HfDeepSpeedConfig
 from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
 from mlsys.operators import coalesce, decoalesce, interpolate
+from mlsys.optimizer_state import DeepSpeedAdamState, TorchAdamState, map_adam_state
 from mlsys.sharded import model_is_partitioned
 from tests.tiny_models import make, perturb
 
@@ -22,8 +23,14 @@ DS_CONFIG = {
     "train_micro_batch_size_per_gpu": 1,
     "gradient_accumulation_steps": 1,
     "zero_optimization": {"stage": 3},
-    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
 }
+
+
+def initialize(model):
+    """An engine as the controller builds it: a torch AdamW client optimizer."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=DS_CONFIG)
+    return engine
 
 
 _ALIVE: list[HfDeepSpeedConfig] = []
@@ -94,7 +101,7 @@ def main(out_path: str) -> None:
 
         # Inside an engine: the operators read the fp32 masters after a real optimizer step.
         trained = make(kind)
-        engine, *_ = deepspeed.initialize(model=partitioned_copy(trained), config=DS_CONFIG)
+        engine = initialize(partitioned_copy(trained))
         ids = torch.randint(0, 61, (1, 16), generator=torch.Generator().manual_seed(0))
         extra = {"next_sentence_label": torch.zeros(1, dtype=torch.long)} if "bert" in kind else {}
         loss = engine(input_ids=ids, labels=ids, **extra).loss
@@ -108,6 +115,31 @@ def main(out_path: str) -> None:
         small = coalesce(engine.module)
         checks[f"{kind}/engine/moved"] = max_diff(masters, make(kind))
         checks[f"{kind}/engine/coalesce"] = max_diff(full(small), dense(coalesce, trained))
+
+        # Adam moments carried into a new engine (vcycle.optimizer: map) equal the dense map.
+        small_engine = initialize(small)
+        map_adam_state(engine.module, DeepSpeedAdamState(engine), small_engine.module,
+                       DeepSpeedAdamState(small_engine))
+        ref_opt = torch.optim.AdamW(trained.parameters())
+        ref = TorchAdamState(ref_opt)
+        for (_, p), (_, q) in zip(engine.module.named_parameters(), trained.named_parameters(),
+                                  strict=True):
+            for key in ("exp_avg", "exp_avg_sq"):
+                ref.set(q, key, DeepSpeedAdamState(engine).get(p, key))
+        ref.set_step(DeepSpeedAdamState(engine).step())
+        ref_small = dense(coalesce, trained)
+        ref_small_opt = torch.optim.AdamW(ref_small.parameters())
+        map_adam_state(trained, ref, ref_small, TorchAdamState(ref_small_opt))
+        got = DeepSpeedAdamState(small_engine)
+        for key in ("exp_avg", "exp_avg_sq"):
+            checks[f"{kind}/engine/map/{key}"] = max(
+                (got.get(p, key) - ref_small_opt.state[q][key]).abs().max().item()
+                for (_, p), (_, q) in zip(small_engine.module.named_parameters(),
+                                          ref_small.named_parameters(), strict=True))
+            checks[f"{kind}/engine/map/{key}/nonzero"] = max(
+                ref_small_opt.state[q][key].abs().max().item() for q in ref_small.parameters())
+        checks[f"{kind}/engine/map/step"] = float(got.step())
+        small_engine.destroy()
         engine.destroy()
     if torch.distributed.get_rank() == 0:
         with open(out_path, "w") as f:

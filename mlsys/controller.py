@@ -55,6 +55,55 @@ def peak_memory_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def release_free_memory() -> None:
+    """Collect garbage and hand freed heap pages back to the OS (glibc ``malloc_trim``), so
+    resident memory reflects what the new engine holds, not the old one's freed arenas."""
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def destroy_engine(engine: Any) -> None:
+    """``engine.destroy()``, then drop what DeepSpeed 0.19.8 keeps behind and would keep every
+    old engine (model, optimizer, hooks) alive across transitions: ZeRO-3 pushes the model
+    onto the module-level ``FWD_MODULE_STACK`` and never pops it, and the parameter
+    coordinator's ``lru_cache``d method holds its modules."""
+    engine.destroy()
+    try:
+        from deepspeed.runtime.zero import parameter_offload
+    except ImportError:  # pragma: no cover
+        parameter_offload = None
+    if parameter_offload is not None:
+        mods = {id(m) for m in engine.module.modules()}
+        parameter_offload.FWD_MODULE_STACK[:] = [
+            m for m in parameter_offload.FWD_MODULE_STACK if id(m) not in mods]
+        from deepspeed.runtime.zero.partitioned_param_coordinator import (
+            PartitionedParameterCoordinator,
+        )
+
+        _clear_method_caches(PartitionedParameterCoordinator)
+    release_free_memory()
+
+
+def _clear_method_caches(cls: type) -> None:
+    """Clear ``functools.lru_cache``s on ``cls``'s methods (also under a decorator): they are
+    class-wide and keyed by ``self``, so they keep every instance alive."""
+    for fn in vars(cls).values():
+        seen = [fn]
+        while seen:
+            f = seen.pop()
+            if hasattr(f, "cache_clear"):
+                f.cache_clear()
+            seen += [c.cell_contents for c in (getattr(f, "__closure__", None) or ())
+                     if callable(getattr(c, "cell_contents", None))]
+            if hasattr(f, "__wrapped__"):
+                seen.append(f.__wrapped__)
+
+
 def resident_memory_bytes() -> int:
     """This process's resident memory now (Linux /proc; 0 elsewhere)."""
     try:
@@ -136,9 +185,8 @@ class Controller:
 
     def _destroy_engine(self) -> None:
         if self.engine is not None:
-            self.engine.destroy()
+            destroy_engine(self.engine)
             self.engine = None
-            gc.collect()
 
     def _start(self) -> None:
         from mlsys.models import build_model
@@ -270,9 +318,9 @@ class Controller:
             map_adam_state(old.module, adam_state_of(old), self.engine.module,
                            adam_state_of(self.engine), scheme=v.scheme,
                            depth_mapping=v.depth_mapping)
-            old.destroy()
+            destroy_engine(old)
         del old
-        gc.collect()
+        release_free_memory()
         self._record("transition", from_level=src, to_level=dst,
                      transition_seconds=time.perf_counter() - t0,
                      peak_memory_bytes=peak_memory_bytes(), rss_bytes=resident_memory_bytes())

@@ -131,6 +131,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{f(r['saving_flops'], '+.1%'):>7} {f(r['wall_to_target'], '.0f'):>9} "
             f"{f(r['saving_wall'], '+.1%'):>7} {f(sum(r['transition_seconds']), '.1f'):>8} "
             f"{f(r['median_step_seconds'], '.3f'):>7}")
+        if r.get("final_val_top1") is not None:
+            lines.append(f"{'':<12} top-1 accuracy at the end: {r['final_val_top1']:.3f}")
         for j in r["transition_jump"]:
             lines.append(f"{'':<12} up {j['from_level']}→{j['to_level']} at step {j['step']}: "
                          f"before {f(j['before'], '.4f')}, after {f(j['after'], '.4f')} "

@@ -96,6 +96,8 @@ def summarize(name: str, levels: int, records: list[Record], target: float | Non
         "name": name, "levels": levels,
         "final_val_loss": curve.val[-1] if curve.val else None,
         "final_val_loss_smoothed": smooth[-1] if smooth else None,
+        "final_val_top1": next((r["val_top1"] for r in reversed(records)
+                                if r.get("event") == "eval" and "val_top1" in r), None),
         "flops_total": float(end.get("flops", curve.flops[-1] if curve.flops else 0.0)),
         "wall_total": float(end.get("wall", curve.wall[-1] if curve.wall else 0.0)),
         "flops_to_target": flops_to, "wall_to_target": wall_to,

@@ -7,7 +7,15 @@ import torch
 from transformers import BertForSequenceClassification, GPT2LMHeadModel
 
 from mlsys.operators import coalesce, decoalesce, derive_config, interpolate
-from tests.tiny_models import bert_config, gpt2_config, inputs, make, outputs, perturb
+from tests.tiny_models import (
+    assert_same_params,
+    bert_config,
+    gpt2_config,
+    inputs,
+    make,
+    outputs,
+    perturb,
+)
 
 KINDS = ["bert-mlm", "bert-pretraining", "gpt2"]
 SCHEMES = ["stride", "adjacent"]
@@ -17,12 +25,6 @@ FACTORS = [(2, 1), (1, 2), (2, 2)]
 def params(model) -> dict[str, torch.Tensor]:
     return dict(model.named_parameters())
 
-
-def assert_same_params(a, b) -> None:
-    pa, pb = params(a), params(b)
-    assert pa.keys() == pb.keys()
-    for name in pa:
-        assert torch.equal(pa[name], pb[name]), name
 
 
 def assert_same_function(a, b, tol: float = 1e-4) -> None:

@@ -14,7 +14,7 @@ from transformers import (
 
 from mlsys.operators import coalesce, decoalesce, derive_config
 from tests.test_operator_math import T, close, f_matrix
-from tests.tiny_models import perturb
+from tests.tiny_models import assert_same_params, perturb
 
 HIDDEN, HEADS, FFN, LAYERS, IMAGE, PATCH, LABELS = 32, 4, 64, 4, 16, 4, 10
 KINDS = ["vit", "deit", "deit-teacher"]
@@ -52,13 +52,6 @@ def logits(model) -> torch.Tensor:
 
 def max_diff(a, b) -> float:
     return (logits(a) - logits(b)).abs().max().item()
-
-
-def assert_same_params(a, b) -> None:
-    pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
-    assert pa.keys() == pb.keys()
-    for name in pa:
-        assert torch.equal(pa[name], pb[name]), name
 
 
 @pytest.mark.parametrize("kind", KINDS)

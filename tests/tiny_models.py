@@ -58,3 +58,11 @@ def outputs(model: torch.nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
     if hasattr(out, "prediction_logits"):
         return [out.prediction_logits, out.seq_relationship_logits]
     return [out.logits]
+
+
+def assert_same_params(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    """Same parameter names and bit-identical values."""
+    pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
+    assert pa.keys() == pb.keys()
+    for name in pa:
+        assert torch.equal(pa[name], pb[name]), name

@@ -21,19 +21,21 @@ def _map_axis(x: torch.Tensor, dim: int, axis: Axis, large: Sizes, scheme: str,
                       for part, space in zip(parts, axis.spaces, strict=True)], dim=dim)
 
 
+def _map_tensor(x: torch.Tensor, axes: tuple[Axis, ...], large: Sizes, scheme: str,
+                down: bool) -> torch.Tensor:
+    for dim, axis in enumerate(axes):
+        if axis.resized:
+            x = _map_axis(x, dim, axis, large, scheme, down)
+    return x
+
+
 def coalesce_tensor(x: torch.Tensor, axes: tuple[Axis, ...], large: Sizes,
                     scheme: str) -> torch.Tensor:
     """``F_out · W · T_in`` on every resized axis of ``x`` (``large``: the large sizes)."""
-    for dim, axis in enumerate(axes):
-        if axis.resized:
-            x = _map_axis(x, dim, axis, large, scheme, down=True)
-    return x
+    return _map_tensor(x, axes, large, scheme, down=True)
 
 
 def decoalesce_tensor(x: torch.Tensor, axes: tuple[Axis, ...], large: Sizes,
                       scheme: str) -> torch.Tensor:
     """``T_out · W_s · F_in`` on every resized axis of ``x`` (``large``: the large sizes)."""
-    for dim, axis in enumerate(axes):
-        if axis.resized:
-            x = _map_axis(x, dim, axis, large, scheme, down=False)
-    return x
+    return _map_tensor(x, axes, large, scheme, down=False)

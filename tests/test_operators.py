@@ -116,6 +116,20 @@ def test_identity_depth_mapping_preserves_gpt2_logits(scheme):
     assert_same_function(small, large.eval())
 
 
+@pytest.mark.parametrize("kind", ["bert-mlm", "bert-pretraining"])
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_identity_depth_mapping_post_ln_exact_when_output_norms_are_uniform(kind, scheme):
+    """Post-LN BERT: the identity copy's LayerNorms take the previous layer's output norm, so
+    LN(LN(x)) = x whenever that norm's γ, β are uniform; trained norms make it approximate."""
+    small = perturb(coalesce(make(kind)), seed=4)
+    with torch.no_grad():
+        for i, layer in enumerate(small.bert.encoder.layer):
+            layer.output.LayerNorm.weight.fill_(0.5 + i)
+            layer.output.LayerNorm.bias.fill_(0.1 * i - 0.05)
+    large = decoalesce(small, make(kind).config, scheme=scheme, depth_mapping="identity")
+    assert_same_function(small, large.eval())
+
+
 def test_copy_depth_mapping_changes_the_function():
     """Layer copying is the method, not function-preserving: the test above could fail."""
     small = perturb(coalesce(make("gpt2")), seed=4)

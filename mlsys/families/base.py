@@ -11,7 +11,7 @@ averaged on de-coalesce). A fused axis (GPT-2's ``c_attn`` output) concatenates 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 WIDTH_SPACES = ("hidden", "qk", "v", "ffn")
 
@@ -58,6 +58,8 @@ class Family:
     ``residual_out``: layer-relative names of the residual-branch output projections
     (used by the ``identity`` depth mapping).
     ``head_norm``: names of the norm right before a tied LM head (scaled ×½ / ×2).
+    ``identity_norms`` (post-LN only): layer norm parameter → the output-norm parameter an
+    identity copy of the layer takes from the real layer before it.
     """
 
     name: str
@@ -70,6 +72,7 @@ class Family:
     residual_out: tuple[str, ...] = ()
     head_norm: tuple[str, ...] = ()
     pre_ln: bool = False
+    identity_norms: dict[str, str] = field(default_factory=dict)
 
     def axes_of(self, name: str) -> tuple[tuple[Axis, ...], int | None, str]:
         """(axes, layer index or None, layer-relative name); ValueError if not in the table."""

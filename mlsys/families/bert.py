@@ -57,4 +57,10 @@ BERT = Family(
         "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.bias",
     ),
     pre_ln=False,
+    identity_norms={
+        "attention.output.LayerNorm.weight": "output.LayerNorm.weight",
+        "attention.output.LayerNorm.bias": "output.LayerNorm.bias",
+        "output.LayerNorm.weight": "output.LayerNorm.weight",
+        "output.LayerNorm.bias": "output.LayerNorm.bias",
+    },
 )

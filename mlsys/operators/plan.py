@@ -9,7 +9,11 @@ Depth mappings:
 - ``identity``: decoalesce makes the second copy of each pair an identity block (its
   residual-branch output projections zero; exactly function-preserving for pre-LN models);
   coalesce sums those projections over the pair and averages the rest, so
-  ``coalesce(decoalesce(s)) == s`` still holds exactly.
+  ``coalesce(decoalesce(s)) == s`` still holds exactly. Post-LN blocks renormalise even with
+  zero branches, so there (``family.identity_norms``) the copy's LayerNorms take the output
+  LayerNorm of the last real layer before it: with that norm's (γ, β), ``LN(LN(x)) = x`` up to
+  how far ``normalize(γ n + β)`` is from ``n`` (exact when γ and β are uniform). Coalesce takes
+  those norms from the first (real) member of the pair, keeping the round trip exact.
 """
 
 from __future__ import annotations
@@ -108,18 +112,20 @@ def coalesce_plan(family: Family, targets: Sequence[str], large: Sizes, width: i
     """Plan for ``coalesce``: ``targets`` are the small model's parameter names. ``power`` 0 maps
     parameters, 1 and 2 map Adam's first and second moments (see ``gradient_scale``)."""
     first, second = pair_members(large.layers, 1, scheme) if depth == 2 else (None, None)
+    identity = depth_mapping == "identity"
     maps = []
     for name in targets:
         axes, layer, rel = family.axes_of(name)
         sources: tuple[str, ...] = (name,)
         if layer is not None and depth == 2:
-            sources = tuple(f"{family.layer_prefix}{int(i[layer])}.{rel}" for i in (first, second))
+            members = (first,) if identity and rel in family.identity_norms else (first, second)
+            sources = tuple(f"{family.layer_prefix}{int(i[layer])}.{rel}" for i in members)
         axes, scale = _scales(axes, tied and width == 2 and name in family.head_norm, power)
         if width == 1:
             scale = 1.0
         fn = partial(
             _coalesce_fn, axes=axes, large=large, scheme=scheme, width=width,
-            summed_pair=depth_mapping == "identity" and rel in family.residual_out,
+            summed_pair=identity and rel in family.residual_out,
             scale=1.0 / scale,
         )
         maps.append((layer, ParamMap(name, sources, fn)))
@@ -133,13 +139,20 @@ def decoalesce_plan(family: Family, targets: Sequence[str], large: Sizes, width:
     if depth == 2:
         origin = small_index(large.layers, 1, scheme)
         second = set(pair_members(large.layers, 1, scheme)[1].tolist())
+    identity = depth_mapping == "identity"
     maps = []
     for name in targets:
         axes, layer, rel = family.axes_of(name)
         source, zero = name, False
         if layer is not None and depth == 2:
             source = f"{family.layer_prefix}{int(origin[layer])}.{rel}"
-            zero = depth_mapping == "identity" and layer in second and rel in family.residual_out
+            copy2 = identity and layer in second
+            zero = copy2 and rel in family.residual_out
+            if copy2 and rel in family.identity_norms:
+                before = layer - 1
+                while before in second:  # identity copies pass the last real layer's output on
+                    before -= 1
+                source = f"{family.layer_prefix}{int(origin[before])}.{family.identity_norms[rel]}"
         axes, scale = _scales(axes, tied and width == 2 and name in family.head_norm, power)
         fn = partial(
             _decoalesce_fn, axes=axes, large=large, scheme=scheme, width=width, zero=zero,

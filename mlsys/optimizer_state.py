@@ -83,16 +83,31 @@ class DeepSpeedAdamState:
 
     def __init__(self, engine) -> None:
         self.engine = engine
+        self._ready = False
+
+    def _prepare(self) -> None:
+        """Create missing state (a new engine has none before its first step) and (re)link it
+        to the parameters' fragments: ZeRO-1/2 and the bf16 optimizer link after the first
+        param group's first step only, so later groups (no-decay parameters) stay unlinked."""
+        if self._ready:
+            return
+        self._ensure_state()
+        wrapper = self.engine.optimizer
+        if hasattr(wrapper, "_lazy_init_hp_params_optimizer_state"):
+            wrapper._hp_optimizer_states_linked = False
+            wrapper._lazy_init_hp_params_optimizer_state()
+        self._ready = True
 
     def get(self, param, key):
         from deepspeed.utils import safe_get_full_optimizer_state
 
+        self._prepare()
         return safe_get_full_optimizer_state(param, key).reshape(full_shape(param))
 
     def set(self, param, key, value):
         from deepspeed.utils import safe_set_full_optimizer_state, safe_set_local_optimizer_state
 
-        self._ensure_state()
+        self._prepare()
         if not hasattr(param, "ds_id"):
             safe_set_full_optimizer_state(param, value.reshape(full_shape(param)), key)
             return

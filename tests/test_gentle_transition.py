@@ -14,7 +14,8 @@ PHASES = [{"level": 1, "steps": 2, "lr": 3e-3, "warmup": 1},
 
 
 @pytest.mark.slow
-def test_identity_mapping_with_mapped_adam_keeps_the_function(gpt_data, tmp_path):
+@pytest.mark.parametrize("ds_config", ["zero1.json", "zero3.json"])
+def test_identity_mapping_with_mapped_adam_keeps_the_function(gpt_data, tmp_path, ds_config):
     """Pre-LN GPT-2, identity depth mapping, exact width de-coalescing, α = 1: the model right
     after the up-transition has the small model's validation loss; Adam state is mapped."""
     cfg = run_config("gpt", gpt_data["tokenizer_dir"], gpt_data["data_prefix"],
@@ -22,7 +23,7 @@ def test_identity_mapping_with_mapped_adam_keeps_the_function(gpt_data, tmp_path
     cfg["model"]["dropout"] = 0.0
     cfg["vcycle"] = {"alpha": 1.0, "depth_mapping": "identity", "optimizer": "map",
                      "noise": 0.0}
-    train(write_yaml(tmp_path / "run.yaml", cfg), "zero3.json", log=tmp_path / "log.txt")
+    train(write_yaml(tmp_path / "run.yaml", cfg), ds_config, log=tmp_path / "log.txt")
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     (jump,) = transition_jumps(records)
     assert abs(jump["jump"]) <= 1e-4, jump

@@ -35,7 +35,7 @@ def load_profile(name: str) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
 
 
-def run_configs(profile: dict[str, Any], family: str, out: Path, only: list[str] | None,
+def run_configs(profile: dict[str, Any], family: str, out: Path, only: list[str] | None = None,
                 scale: float = 1.0) -> dict[str, dict[str, Any]]:
     """Run config per run name: the family's shared sections plus the run's own ones."""
     if family not in profile["families"]:
@@ -79,7 +79,9 @@ def compare(configs: dict[str, dict[str, Any]], window: int) -> list[dict[str, A
 
     records = {n: read_metrics(Path(c["run_dir"]) / "metrics.jsonl") for n, c in configs.items()}
     levels = {n: max(p["level"] for p in c["phases"]) for n, c in configs.items()}
-    base = next(n for n in configs if levels[n] == 1)
+    base = next((n for n in configs if levels[n] == 1), None)
+    if base is None:
+        raise SystemExit("no finished baseline (a one-level run) to compare against")
     curve = eval_curve(records[base])
     smooth = curve.smoothed(window)
     target = smooth[-1]
@@ -151,11 +153,15 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
     profile = load_profile(args.profile)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    configs = run_configs(profile, args.family, out, args.runs, args.scale)
+    configs = run_configs(profile, args.family, out, None, args.scale)
     if not args.analyse_only:
-        for cfg in configs.values():
+        for name, cfg in configs.items():
+            if args.runs and name not in args.runs:
+                continue
             print(f"== {cfg['name']}", flush=True)
             train(cfg, profile["ds_config"], profile.get("ranks", 1), out)
+    configs = {n: c for n, c in configs.items()  # analyse every run that has finished
+               if (Path(c["run_dir"]) / "done.json").exists()}
     rows = compare(configs, profile.get("window", 3))
     result = {"family": args.family, "profile": args.profile, "ranks": profile.get("ranks", 1),
               "ds_config": profile["ds_config"], "runs": rows}
@@ -196,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default="cpu-small", help="configs/bench/<profile>.yaml")
     p.add_argument("--family", default="bert", help="bert | gpt (as the profile lists)")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--runs", nargs="*", help="only these runs of the profile")
+    p.add_argument("--runs", nargs="*",
+                   help="train only these runs (the analysis covers every finished run)")
     p.add_argument("--scale", type=float, default=1.0,
                    help="multiply every phase's steps (a quick smoke run: 0.05)")
     p.add_argument("--analyse-only", action="store_true", help="re-read finished runs")

@@ -16,7 +16,7 @@ from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
 from mlsys.operators import coalesce, decoalesce, interpolate
 from mlsys.optimizer_state import DeepSpeedAdamState, TorchAdamState, map_adam_state
-from mlsys.sharded import model_is_partitioned
+from mlsys.sharded import full_shape, model_is_partitioned
 from tests.tiny_models import make, perturb
 
 DS_CONFIG = {
@@ -26,11 +26,63 @@ DS_CONFIG = {
 }
 
 
-def initialize(model):
-    """An engine as the controller builds it: a torch AdamW client optimizer."""
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=DS_CONFIG)
+def initialize(model, stage: int = 3):
+    """An engine as the controller builds it: torch AdamW, 2-D and 1-D parameter groups."""
+    params = list(model.parameters())
+    groups = [{"params": [p for p in params if len(full_shape(p)) >= 2]},
+              {"params": [p for p in params if len(full_shape(p)) < 2], "weight_decay": 0.0}]
+    config = {**DS_CONFIG, "zero_optimization": {"stage": stage}}
+    engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(groups, lr=1e-3),
+                                      config=config)
     return engine
+
+
+def engine_checks(kind: str, stage: int, checks: dict[str, float]) -> None:
+    """Inside an engine (ZeRO ``stage``): the operators read the fp32 masters after a real
+    optimizer step, and Adam's moments mapped into a new engine equal the dense map."""
+    zero3_building(stage == 3)
+    tag = f"{kind}/engine{stage}"
+    trained = make(kind)
+    engine = initialize(partitioned_copy(trained) if stage == 3 else make(kind), stage)
+    ids = torch.randint(0, 61, (1, 16), generator=torch.Generator().manual_seed(0))
+    extra = {"next_sentence_label": torch.zeros(1, dtype=torch.long)} if "bert" in kind else {}
+    engine.backward(engine(input_ids=ids, labels=ids, **extra).loss)
+    engine.step()
+    masters = {n: safe_get_full_fp32_param(p).reshape(full_shape(p))
+               for n, p in engine.module.named_parameters()}
+    with torch.no_grad():
+        for n, p in trained.named_parameters():
+            p.copy_(masters[n])
+    small = coalesce(engine.module)
+    checks[f"{tag}/moved"] = max_diff(masters, make(kind))
+    checks[f"{tag}/coalesce"] = max_diff(full(small), dense(coalesce, trained))
+
+    small_engine = initialize(small, stage)
+    source = DeepSpeedAdamState(engine)
+    map_adam_state(engine.module, source, small_engine.module, DeepSpeedAdamState(small_engine))
+    ref_opt = torch.optim.AdamW(trained.parameters())
+    ref = TorchAdamState(ref_opt)
+    for (_, p), (_, q) in zip(engine.module.named_parameters(), trained.named_parameters(),
+                              strict=True):
+        for key in ("exp_avg", "exp_avg_sq"):
+            ref.set(q, key, source.get(p, key))
+    ref.set_step(source.step())
+    ref_small = dense(coalesce, trained)
+    ref_small_opt = torch.optim.AdamW(ref_small.parameters())
+    map_adam_state(trained, ref, ref_small, TorchAdamState(ref_small_opt))
+    got = DeepSpeedAdamState(small_engine)
+    for key in ("exp_avg", "exp_avg_sq"):
+        checks[f"{tag}/map/{key}"] = max(
+            (got.get(p, key) - ref_small_opt.state[q][key]).abs().max().item()
+            for (_, p), (_, q) in zip(small_engine.module.named_parameters(),
+                                      ref_small.named_parameters(), strict=True))
+        checks[f"{tag}/map/{key}/nonzero"] = max(
+            ref_small_opt.state[q][key].abs().max().item() for q in ref_small.parameters()
+            if q.dim() < 2)  # the second param group, which DeepSpeed links late
+    checks[f"{tag}/map/step"] = float(got.step())
+    small_engine.destroy()
+    engine.destroy()
+    zero3_building(True)
 
 
 _ALIVE: list[HfDeepSpeedConfig] = []
@@ -99,48 +151,8 @@ def main(out_path: str) -> None:
             interpolate(expect_large, model, 0.3)
             checks[f"{kind}/{scheme}/interpolate"] = max_diff(full(large), expect_large)
 
-        # Inside an engine: the operators read the fp32 masters after a real optimizer step.
-        trained = make(kind)
-        engine = initialize(partitioned_copy(trained))
-        ids = torch.randint(0, 61, (1, 16), generator=torch.Generator().manual_seed(0))
-        extra = {"next_sentence_label": torch.zeros(1, dtype=torch.long)} if "bert" in kind else {}
-        loss = engine(input_ids=ids, labels=ids, **extra).loss
-        engine.backward(loss)
-        engine.step()
-        masters = {n: safe_get_full_fp32_param(p).reshape(p.ds_shape)
-                   for n, p in engine.module.named_parameters()}
-        with torch.no_grad():
-            for n, p in trained.named_parameters():
-                p.copy_(masters[n])
-        small = coalesce(engine.module)
-        checks[f"{kind}/engine/moved"] = max_diff(masters, make(kind))
-        checks[f"{kind}/engine/coalesce"] = max_diff(full(small), dense(coalesce, trained))
-
-        # Adam moments carried into a new engine (vcycle.optimizer: map) equal the dense map.
-        small_engine = initialize(small)
-        map_adam_state(engine.module, DeepSpeedAdamState(engine), small_engine.module,
-                       DeepSpeedAdamState(small_engine))
-        ref_opt = torch.optim.AdamW(trained.parameters())
-        ref = TorchAdamState(ref_opt)
-        for (_, p), (_, q) in zip(engine.module.named_parameters(), trained.named_parameters(),
-                                  strict=True):
-            for key in ("exp_avg", "exp_avg_sq"):
-                ref.set(q, key, DeepSpeedAdamState(engine).get(p, key))
-        ref.set_step(DeepSpeedAdamState(engine).step())
-        ref_small = dense(coalesce, trained)
-        ref_small_opt = torch.optim.AdamW(ref_small.parameters())
-        map_adam_state(trained, ref, ref_small, TorchAdamState(ref_small_opt))
-        got = DeepSpeedAdamState(small_engine)
-        for key in ("exp_avg", "exp_avg_sq"):
-            checks[f"{kind}/engine/map/{key}"] = max(
-                (got.get(p, key) - ref_small_opt.state[q][key]).abs().max().item()
-                for (_, p), (_, q) in zip(small_engine.module.named_parameters(),
-                                          ref_small.named_parameters(), strict=True))
-            checks[f"{kind}/engine/map/{key}/nonzero"] = max(
-                ref_small_opt.state[q][key].abs().max().item() for q in ref_small.parameters())
-        checks[f"{kind}/engine/map/step"] = float(got.step())
-        small_engine.destroy()
-        engine.destroy()
+        for stage in (3, 1):
+            engine_checks(kind, stage, checks)
     if torch.distributed.get_rank() == 0:
         with open(out_path, "w") as f:
             json.dump({"checks": checks}, f, indent=1)

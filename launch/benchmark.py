@@ -122,25 +122,41 @@ def table(rows: list[dict[str, Any]]) -> str:
     def f(x, spec):
         return "n/a" if x is None else format(x, spec)
 
-    lines = [f"{'run':<12} {'levels':>6} {'val loss':>9} {'FLOPs':>10} {'FLOPs→tgt':>10} "
+    lines = [f"{'run':<15} {'levels':>6} {'val loss':>9} {'FLOPs':>10} {'FLOPs→tgt':>10} "
              f"{'saving':>7} {'wall→tgt':>9} {'saving':>7} {'trans s':>8} {'step s':>7}"]
     for r in rows:
         reached = r["flops_to_target"] is not None
         lines.append(
-            f"{r['name']:<12} {r['levels']:>6} {f(r['final_val_loss'], '.4f'):>9} "
+            f"{r['name']:<15} {r['levels']:>6} {f(r['final_val_loss'], '.4f'):>9} "
             f"{r['flops_total']:>10.3e} "
             f"{(format(r['flops_to_target'], '.3e') if reached else 'not reached'):>10} "
             f"{f(r['saving_flops'], '+.1%'):>7} {f(r['wall_to_target'], '.0f'):>9} "
             f"{f(r['saving_wall'], '+.1%'):>7} {f(sum(r['transition_seconds']), '.1f'):>8} "
             f"{f(r['median_step_seconds'], '.3f'):>7}")
         if r.get("final_val_top1") is not None:
-            lines.append(f"{'':<12} top-1 accuracy at the end: {r['final_val_top1']:.3f}")
+            lines.append(f"{'':<15} top-1 accuracy at the end: {r['final_val_top1']:.3f}")
         for j in r["transition_jump"]:
-            lines.append(f"{'':<12} up {j['from_level']}→{j['to_level']} at step {j['step']}: "
+            lines.append(f"{'':<15} up {j['from_level']}→{j['to_level']} at step {j['step']}: "
                          f"before {f(j['before'], '.4f')}, after {f(j['after'], '.4f')} "
                          f"({f(j['jump'], '+.4f')}), 150 steps later "
                          f"{f(j['after_150'], '.4f')} ({f(j['jump_150'], '+.4f')})")
     return "\n".join(lines)
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The same figures as a Markdown table (for the README's results section)."""
+    def f(x, spec):
+        return "not reached" if x is None else format(x, spec)
+
+    out = ["| run | levels | final val loss | FLOPs | FLOPs to target | FLOPs saved | "
+           "wall saved | up-jump: right after / +150 steps |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        jumps = "; ".join(f"{f(j['jump'], '+.3f')} / {f(j['jump_150'], '+.3f')}"
+                          for j in r["transition_jump"]) or "–"
+        out.append(f"| {r['name']} | {r['levels']} | {f(r['final_val_loss'], '.4f')} | "
+                   f"{r['flops_total']:.3g} | {f(r['flops_to_target'], '.3g')} | "
+                   f"{f(r['saving_flops'], '+.1%')} | {f(r['saving_wall'], '+.1%')} | {jumps} |")
+    return "\n".join(out)
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -168,6 +184,7 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
     write_json(out / "results.json", result)
     plot(configs, rows, out / "val_loss_vs_flops.png", f"{args.profile} / {args.family}")
     print(table(rows))
+    print(markdown(rows))
     print(f"wrote {out / 'results.json'} and {out / 'val_loss_vs_flops.png'}")
     return result
 

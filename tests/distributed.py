@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mlsys.spawn import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -16,14 +18,6 @@ def cpu_env(**extra: str) -> dict[str, str]:
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
     return env
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(script: str | Path, *args: str, ranks: int = 2, timeout: float = 600,

@@ -10,6 +10,10 @@ loss (smoothed over ``window`` evaluations) is the target, and every run reports
 wall seconds it needed to reach it. Writes ``results.json``, ``val_loss_vs_flops.png`` and
 prints a table. ``--transitions N`` instead cycles a tiny model down and up N times under
 ZeRO-3 and reports resident memory after every rebuild and seconds per transition.
+
+A profile may ``extends: <profile>`` (its families and runs first, then this one's runs); a run
+may ``fork: {from: <run>, after_phase: P}`` to start from that run's checkpoint at the end of
+phase P (ablations of the up-transition share everything before it).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -32,7 +37,12 @@ def load_profile(name: str) -> dict[str, Any]:
     if not path.exists():
         known = sorted(p.stem for p in path.parent.glob("*.yaml"))
         raise SystemExit(f"--profile: no {path} (known: {', '.join(known)})")
-    return yaml.safe_load(path.read_text())
+    profile = yaml.safe_load(path.read_text())
+    base = profile.pop("extends", None)
+    if base:  # the base profile's families and runs, then this one's runs
+        parent = load_profile(base)
+        profile = {**parent, **profile, "runs": {**parent["runs"], **profile.get("runs", {})}}
+    return profile
 
 
 def run_configs(profile: dict[str, Any], family: str, out: Path, only: list[str] | None = None,
@@ -53,6 +63,13 @@ def run_configs(profile: dict[str, Any], family: str, out: Path, only: list[str]
             else:
                 cfg[section] = value
         cfg["schedule"] = {"scale": scale}
+        if "fork" in cfg:  # the global step at the end of phase ``after_phase``, scaled
+            steps = [max(1, math.ceil(p["steps"] * scale - 1e-9)) for p in cfg["phases"]]
+            cfg["fork"] = {"from": cfg["fork"]["from"],
+                           "step": sum(steps[:cfg["fork"]["after_phase"] + 1])}
+        if cfg.get("train", {}).get("checkpoint_every"):
+            cfg["train"]["checkpoint_every"] = max(1, round(cfg["train"]["checkpoint_every"]
+                                                            * scale))
         cfg["name"] = f"{family}-{name}"
         cfg["run_dir"] = str(out / name)
         configs[name] = cfg
@@ -60,14 +77,24 @@ def run_configs(profile: dict[str, Any], family: str, out: Path, only: list[str]
 
 
 def train(cfg: dict[str, Any], ds_config: str, ranks: int, out: Path) -> None:
+    """Train one run to completion. A run with ``fork: {from: NAME, after_phase: P}`` starts
+    from run NAME's checkpoint at the end of phase P (NAME must keep it: ``train.checkpoint_every``)
+    and trains on with its own config: runs that differ only after that share it exactly."""
+    from mlsys.checkpoint import fork_run
     from mlsys.config import parse_run_config
     from mlsys.spawn import run_ranks
 
+    cfg = dict(cfg)
+    fork = cfg.pop("fork", None)
     parse_run_config(cfg, source=cfg["name"])  # fail before starting anything
     path = out / f"{cfg['name']}.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    if fork:
+        tag = fork_run(out / fork["from"], cfg["run_dir"], int(fork["step"]))
+        print(f"   forked from {fork['from']} at {tag}", flush=True)
+    start = [] if fork else ["--fresh"]
     env = dict(os.environ, DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"))
-    code = run_ranks("launch.train", ["--config", str(path), "--ds_config", ds_config, "--fresh"],
+    code = run_ranks("launch.train", ["--config", str(path), "--ds_config", ds_config, *start],
                      ranks, env=env, cwd=str(ROOT))
     if code:
         raise SystemExit(f"{cfg['name']}: training exited with {code}")

@@ -110,3 +110,32 @@ def load_checkpoint(engine: Any, root: str | Path, tag: str) -> ControllerState:
     if rng_file.is_file():
         _set_rng_state(torch.load(rng_file, weights_only=False))
     return read_state(root, tag)
+
+
+def fork_run(source_dir: str | Path, target_dir: str | Path, step: int) -> str:
+    """Start ``target_dir`` as a copy of ``source_dir`` at its checkpoint of global ``step``
+    (the one taken before a transition at that step): the tag, the saved interpolation weights
+    (``vcycle/``, paths in the state rewritten) and ``metrics.jsonl``. Resuming the target with
+    another config branches the run there; with the same config it reproduces the source.
+    Replaces whatever ``target_dir`` held; returns the tag."""
+    src, dst = Path(source_dir), Path(target_dir)
+    tags = [t for t in complete_tags(src / "checkpoints") if int(t[4:11]) == step]
+    if not tags:
+        have = ", ".join(complete_tags(src / "checkpoints")) or "none"
+        raise FileNotFoundError(f"{src / 'checkpoints'}: no complete checkpoint at step {step} "
+                                f"(have: {have})")
+    tag = min(tags, key=lambda t: int(t.rsplit("phase", 1)[1]))
+    if dst.exists():
+        shutil.rmtree(dst)
+    tmp = dst.with_name(f"{dst.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src / "checkpoints" / tag, tmp / "checkpoints" / tag)
+    if (src / "vcycle").is_dir():
+        shutil.copytree(src / "vcycle", tmp / "vcycle")
+    shutil.copy2(src / "metrics.jsonl", tmp / "metrics.jsonl")
+    state = read_state(tmp / "checkpoints", tag)
+    state.saved = {level: str(dst / "vcycle" / Path(path).name)
+                   for level, path in state.saved.items()}
+    (tmp / "checkpoints" / tag / STATE_FILE).write_text(json.dumps(asdict(state), indent=1))
+    os.replace(tmp, dst)
+    return tag

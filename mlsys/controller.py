@@ -8,8 +8,10 @@ stream. Between phases:
 - down (level a -> a+1): save the level-a weights (fp32 masters, ``<run_dir>/vcycle/``),
   ``coalesce`` the engine's model, destroy the old engine;
 - up (level a -> a-1): ``decoalesce`` to the level a-1 config, destroy the old engine, load the
-  saved level a-1 weights into a second model and ``interpolate(saved, decoalesced, alpha)``;
-  training continues on the interpolated model.
+  saved level a-1 weights into a second model and ``interpolate(saved, decoalesced, alpha)``
+  (``vcycle.interpolation: width``: instead add ``1 - alpha`` of the saved model's width detail
+  to the de-coalesced one, see mlsys/symmetry.py); training continues on the result, with
+  ``vcycle.dropout`` for its first ``vcycle.dropout_steps`` steps.
 
 Under ZeRO-3 every model is built partitioned (an ``HfDeepSpeedConfig`` stays alive for the
 whole run) and the operators gather one layer at a time. Checkpoints (see mlsys/checkpoint.py)
@@ -39,6 +41,7 @@ from mlsys.metrics import MetricsLog, plot_val_loss, read_metrics, truncate_afte
 from mlsys.preempt import StopFlag
 from mlsys.progress import Progress
 from mlsys.stream import batches, eval_indices, micro_indices
+from mlsys.symmetry import dropout_after_up, set_dropout
 from mlsys.weights_io import barrier, gather_weights, rank, save_weights
 
 DONE_FILE = "done.json"
@@ -161,8 +164,9 @@ class Controller:
                 return False
             self.tag = tag
             if self.rank == 0:  # drop what the resumed run will redo, before appending
-                self.dropped = truncate_after(self.out / "metrics.jsonl",
-                                              ckpt.read_state(self.ckpt_root, tag).global_step)
+                at = ckpt.read_state(self.ckpt_root, tag)
+                self.dropped = truncate_after(self.out / "metrics.jsonl", at.global_step,
+                                              at.phase)
         g = cfg.train.global_batch_size
         self.data = build_run_data(cfg, cfg.total_steps * g, cfg.train.eval_batches * g)
         self.level1 = hf_config(cfg.model, self.data.vocab_size)
@@ -263,11 +267,16 @@ class Controller:
         s, t = self.state, self.cfg.train
         steps, _ = self.cfg.phase_steps(s.phase)
         level = self.cfg.phases[s.phase].level
+        v = self.cfg.vcycle
+        after_up = s.phase > 0 and self.cfg.phases[s.phase - 1].level > level
         while s.step_in_phase < steps:
+            rate = dropout_after_up(None, after_up, s.step_in_phase, v.dropout, v.dropout_steps)
+            set_dropout(self.engine.module, rate)
             t_step = time.perf_counter()
             loss, lr = self._train_step()
             seconds = time.perf_counter() - t_step
-            self._record("step", loss=loss, lr=lr, seconds=seconds, wall=self._wall())
+            extra = {} if rate is None else {"dropout": rate}
+            self._record("step", loss=loss, lr=lr, seconds=seconds, wall=self._wall(), **extra)
             if s.step_in_phase == steps or s.global_step % t.eval_every == 0:
                 self._evaluate()
             if t.checkpoint_every and s.global_step % t.checkpoint_every == 0:
@@ -288,7 +297,7 @@ class Controller:
         from mlsys.models import build_model
         from mlsys.operators import coalesce, decoalesce, interpolate
         from mlsys.optimizer_state import adam_state_of, map_adam_state
-        from mlsys.symmetry import add_relative_noise
+        from mlsys.symmetry import add_relative_noise, add_width_detail
         from mlsys.weights_io import load_weights
 
         t0 = time.perf_counter()
@@ -307,7 +316,11 @@ class Controller:
             add_relative_noise(large, v.noise, seed=self.cfg.train.seed + s.phase)
             model = build_model(self.configs[dst], fam, self.cfg.train.seed)
             load_weights(model, s.saved[dst])
-            interpolate(model, large, v.alpha)
+            if v.interpolation == "all":
+                interpolate(model, large, v.alpha)
+            else:  # only the saved model's width detail, weighted like the paper's 1 - α
+                add_width_detail(large, model, 1.0 - v.alpha, v.width, v.scheme)
+                model = large
             del large
         if v.optimizer == "reset":
             self._destroy_engine()

@@ -48,14 +48,16 @@ class MetricsLog:
             self._file = None
 
 
-def truncate_after(path: str | Path, step: int) -> int:
-    """Drop records logged after global step ``step`` (what a resumed run will redo); returns
-    how many were dropped. Atomic (temp file, rename)."""
+def truncate_after(path: str | Path, step: int, phase: int | None = None) -> int:
+    """Drop records logged after global step ``step`` (and, given ``phase``, those of a later
+    phase at that step: the transition of a checkpoint taken before it); what a resumed run
+    will redo. Returns how many were dropped. Atomic (temp file, rename)."""
     path = Path(path)
     if not path.exists():
         return 0
     records = read_metrics(path)
-    keep = [r for r in records if r.get("step", 0) <= step]
+    last = (step, float("inf") if phase is None else phase)
+    keep = [r for r in records if (r.get("step", 0), r.get("phase", 0)) <= last]
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     with open(tmp, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in keep)

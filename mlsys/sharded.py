@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from mlsys.operators.plan import Group
+if TYPE_CHECKING:  # a runtime import would cycle: mlsys.operators imports this module
+    from mlsys.operators.plan import Group
 
 
 def is_partitioned(param: torch.Tensor) -> bool:

@@ -1,18 +1,30 @@
 """Symmetry breaking after an exact de-coalescing.
 
 Exactly duplicated units receive identical gradients and identical Adam updates, so a widened
-model would never use more than the small model's width. ``add_relative_noise`` perturbs each
-parameter tensor by Gaussian noise of standard deviation ``scale × RMS(tensor)`` (zero tensors
-stay zero: an identity block's zeroed projections learn from their gradients instead). It is
-deterministic for a seed, and works on ZeRO-3 partitioned models one parameter at a time.
+model would never use more than the small model's width. Two breakers live here:
+
+- ``add_relative_noise`` perturbs each parameter tensor by Gaussian noise of standard deviation
+  ``scale × RMS(tensor)`` (zero tensors stay zero: an identity block's zeroed projections learn
+  from their gradients instead). Deterministic for a seed.
+- ``dropout_after_up`` / ``set_dropout``: dropout at a given rate for the first steps after an
+  up-transition (different masks for paired units make their gradients differ).
+- ``add_width_detail`` ("interpolation only in width") adds back the part of the saved large
+  model that width-coalescing cannot see: ``θ += β · (W_old − T_w F_w W_old)``. Since
+  ``F_w T_w = I`` that detail coalesces to zero, so the coalesced model, and with it everything
+  the small level learned, is unchanged exactly; it only makes paired units differ (the
+  function moves at second order in the detail for averaged axes, not at all for summed ones).
+
+Both work on ZeRO-3 partitioned models one parameter at a time.
 """
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 import torch
 from torch import nn
 
-from mlsys.sharded import write_full
+from mlsys.sharded import read_full, write_full
 
 
 def add_relative_noise(model: nn.Module, scale: float, seed: int) -> None:
@@ -28,3 +40,54 @@ def add_relative_noise(model: nn.Module, scale: float, seed: int) -> None:
                 noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
                 rms = p.data.float().pow(2).mean().sqrt()
                 p.data.add_((noise * (scale * rms)).to(p.dtype).to(p.device))
+
+
+def width_common_part(old: nn.Module, width: int, scheme: str) -> nn.Module:
+    """``T_w F_w W_old``: ``old`` coalesced in width only and de-coalesced back (a new model)."""
+    from mlsys.operators import coalesce, decoalesce
+
+    small = coalesce(old, width=width, depth=1, scheme=scheme)
+    return decoalesce(small, old.config, scheme=scheme)
+
+
+def add_width_detail(model: nn.Module, old: nn.Module, weight: float, width: int,
+                     scheme: str) -> None:
+    """In place: ``θ += weight · (W_old − T_w F_w W_old)`` for every parameter of ``model``.
+
+    ``old`` is the saved model of the same size (the one the paper interpolates with); with
+    ``weight = 1 − α`` this is the paper's interpolation restricted to the width detail."""
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"weight: must be in [0, 1], got {weight}")
+    if weight == 0.0 or width == 1:
+        return
+    common = width_common_part(old, width, scheme)
+    params = dict(model.named_parameters())
+    olds, commons = dict(old.named_parameters()), dict(common.named_parameters())
+    if params.keys() != olds.keys():
+        missing = sorted(params.keys() ^ olds.keys())
+        raise ValueError(f"parameter {missing[0]!r} is not in both models")
+    with torch.no_grad():
+        for name, p in params.items():
+            with ExitStack() as stack:
+                stack.enter_context(write_full([p]))
+                o = stack.enter_context(read_full({name: olds[name]}))[name]
+                c = stack.enter_context(read_full({name: commons[name]}))[name]
+                p.data.add_((o.float() - c.float()).to(p.dtype), alpha=weight)
+    del common
+
+
+def dropout_after_up(base: float | None, after_up: bool, step_in_phase: int, rate: float,
+                     steps: int) -> float | None:
+    """The dropout rate for a step: ``rate`` during the first ``steps`` steps of a phase that an
+    up-transition started, else ``base`` (None: each module's own rate)."""
+    return rate if after_up and step_in_phase < steps and rate > 0 else base
+
+
+def set_dropout(model: nn.Module, rate: float | None) -> None:
+    """Set every ``nn.Dropout``'s rate (HF attention reads ``.p`` too); None restores each
+    module's rate from when it was first seen here."""
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            if not hasattr(m, "mlsys_base_p"):
+                m.mlsys_base_p = m.p
+            m.p = m.mlsys_base_p if rate is None else rate

@@ -65,3 +65,14 @@ def test_truncate_after_keeps_records_up_to_step(tmp_path: Path) -> None:
     path.write_text("".join(json.dumps({"event": "step", "step": s}) + "\n" for s in range(8)))
     assert truncate_after(path, 4) == 3
     assert [r["step"] for r in read_metrics(path)] == [0, 1, 2, 3, 4]
+
+
+def test_truncate_after_drops_a_later_phase_at_the_same_step(tmp_path: Path) -> None:
+    """Resuming from the checkpoint taken before a transition redoes that transition."""
+    path = tmp_path / "metrics.jsonl"
+    rows = [("step", 4, 1), ("eval", 4, 1), ("transition", 4, 2), ("eval", 4, 2),
+            ("step", 5, 2)]
+    path.write_text("".join(json.dumps({"event": e, "step": s, "phase": p}) + "\n"
+                            for e, s, p in rows))
+    assert truncate_after(path, 4, phase=1) == 3
+    assert [r["event"] for r in read_metrics(path)] == ["step", "eval"]

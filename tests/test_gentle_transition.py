@@ -43,3 +43,26 @@ def test_paper_copy_mapping_jumps(gpt_data, tmp_path):
     train(write_yaml(tmp_path / "run.yaml", cfg), "zero1.json", log=tmp_path / "log.txt")
     (jump,) = transition_jumps(read_metrics(tmp_path / "run" / "metrics.jsonl"))
     assert abs(jump["jump"]) > 1e-3, jump
+
+
+@pytest.mark.slow
+def test_width_interpolation_and_dropout_window_under_zero3(gpt_data, tmp_path):
+    """Interpolation only in width (α 0.5) and dropout in the first steps after the
+    up-transition, identity mapping, mapped Adam, ZeRO-3 on 2 ranks: the dropout window covers
+    exactly ``dropout_steps`` steps and the width detail keeps the jump far below the paper's
+    full interpolation of the same models."""
+    jumps = {}
+    for interpolation in ("width", "all"):
+        run = tmp_path / interpolation
+        cfg = run_config("gpt", gpt_data["tokenizer_dir"], gpt_data["data_prefix"], run, PHASES)
+        cfg["model"]["dropout"] = 0.0
+        cfg["vcycle"] = {"alpha": 0.5, "depth_mapping": "identity", "optimizer": "map",
+                         "interpolation": interpolation, "dropout": 0.1, "dropout_steps": 2}
+        train(write_yaml(tmp_path / f"{interpolation}.yaml", cfg), "zero3.json",
+              log=tmp_path / f"{interpolation}.txt")
+        records = read_metrics(run / "metrics.jsonl")
+        steps = [r for r in records if r["event"] == "step"]
+        assert [r.get("dropout") for r in steps] == [None] * 8 + [0.1, 0.1, None, None]
+        assert all(r["loss"] == r["loss"] for r in steps)
+        (jumps[interpolation],) = transition_jumps(records)
+    assert abs(jumps["width"]["jump"]) < 0.5 * abs(jumps["all"]["jump"]), jumps

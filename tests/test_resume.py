@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.checkpoint import complete_tags
+from mlsys.checkpoint import complete_tags, fork_run
 from mlsys.metrics import read_metrics
 from tests.tiny_run import run_config, start, train, write_yaml
 
@@ -90,3 +90,32 @@ def test_sigterm_in_small_phase_then_resume_matches(bert_data: dict, tmp_path: P
     again = read_metrics(tmp_path / "cut" / "metrics.jsonl")
     assert sum(r["event"] == "resume" for r in again) == 2
     assert_same(ref, again)
+
+
+@pytest.mark.slow
+def test_fork_at_a_checkpoint_reproduces_or_branches(gpt_data: dict, tmp_path: Path) -> None:
+    """``fork_run`` copies the checkpoint taken before the up-transition: resumed with the same
+    config the fork reproduces the source's losses; with another alpha it shares everything up
+    to the fork and differs after it."""
+    def config(name: str, alpha: float) -> Path:
+        cfg = run_config("gpt", gpt_data["tokenizer_dir"], gpt_data["data_prefix"],
+                         tmp_path / name, PHASES)
+        cfg["train"].update(checkpoint_every=8, keep_checkpoints=5)  # step 8 ends level 2
+        cfg["vcycle"] = {"alpha": alpha}
+        return write_yaml(tmp_path / f"{name}.yaml", cfg)
+
+    train(config("source", 0.5), "zero1.json", nproc=1, log=tmp_path / "source.log")
+    source = read_metrics(tmp_path / "source" / "metrics.jsonl")
+    for name, alpha in (("same", 0.5), ("other", 0.9)):
+        tag = fork_run(tmp_path / "source", tmp_path / name, 8)
+        assert tag == "step0000008-phase1"  # before the transition, not the one after it
+        train(config(name, alpha), "zero1.json", nproc=1, log=tmp_path / f"{name}.log")
+        forked = read_metrics(tmp_path / name / "metrics.jsonl")
+        assert sum(r["event"] == "resume" for r in forked) == 1
+        assert sum(r["event"] == "transition" for r in forked) == 2  # down, and up once
+        if name == "same":
+            assert_same(source, forked)
+    a, b = losses(source), losses(read_metrics(tmp_path / "other" / "metrics.jsonl"))
+    assert a.keys() == b.keys()
+    assert all(a[k] == b[k] for k in a if k[1] <= 8 and k[2] <= 1)
+    assert all(a[k] != b[k] for k in a if k[2] == 2)

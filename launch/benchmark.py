@@ -67,12 +67,16 @@ def run_configs(profile: dict[str, Any], family: str, out: Path, only: list[str]
             steps = [max(1, math.ceil(p["steps"] * scale - 1e-9)) for p in cfg["phases"]]
             cfg["fork"] = {"from": cfg["fork"]["from"],
                            "step": sum(steps[:cfg["fork"]["after_phase"] + 1])}
-        if cfg.get("train", {}).get("checkpoint_every"):
-            cfg["train"]["checkpoint_every"] = max(1, round(cfg["train"]["checkpoint_every"]
-                                                            * scale))
         cfg["name"] = f"{family}-{name}"
         cfg["run_dir"] = str(out / name)
         configs[name] = cfg
+    for cfg in list(configs.values()):  # a fork source keeps a checkpoint at every fork step
+        if "fork" in cfg and cfg["fork"]["from"] in configs:
+            train = configs[cfg["fork"]["from"]].setdefault("train", {})
+            every = math.gcd(train.get("checkpoint_every", 0), cfg["fork"]["step"])
+            total = sum(max(1, math.ceil(p["steps"] * scale - 1e-9)) for p in cfg["phases"])
+            train.update(checkpoint_every=every, keep_checkpoints=total // every + 2 * len(
+                cfg["phases"]))
     return configs
 
 

@@ -1,0 +1,42 @@
+"""Benchmark profiles: every shipped profile parses into valid run configs; ``extends`` and
+``fork`` resolve to the steps the runs will really take."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launch.benchmark import load_profile, run_configs
+from mlsys.config import parse_run_config
+
+PROFILES = sorted(p.stem for p in (Path(__file__).parents[1] / "configs/bench").glob("*.yaml")
+                  if p.stem != "transitions")
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_every_run_of_every_profile_is_a_valid_config(name, tmp_path):
+    profile = load_profile(name)
+    for family in profile["families"]:
+        for run, cfg in run_configs(profile, family, tmp_path).items():
+            cfg = dict(cfg)
+            fork = cfg.pop("fork", None)
+            parsed = parse_run_config(cfg, source=f"{name}/{family}/{run}")
+            if fork:  # the source keeps a checkpoint exactly at the fork step
+                source = run_configs(profile, family, tmp_path)[fork["from"]]
+                assert fork["step"] % source["train"]["checkpoint_every"] == 0
+                assert [p.level for p in parsed.phases[:2]] == [
+                    p["level"] for p in source["phases"][:2]]
+
+
+@pytest.mark.parametrize("scale, step", [(1.0, 1100), (0.05, 55), (0.013, 15)])
+def test_extends_and_fork_step(scale, step, tmp_path):
+    base, ablation = load_profile("cpu-small"), load_profile("cpu-small-ablation")
+    assert list(ablation["runs"])[:len(base["runs"])] == list(base["runs"])
+    assert ablation["families"] == base["families"]
+    cfgs = run_configs(ablation, "gpt", tmp_path, scale=scale)
+    assert cfgs["id-width0.5"]["fork"] == {"from": "vcycle2-gentle", "step": step}
+    source = parse_run_config(cfgs["vcycle2-gentle"], source="gentle")
+    assert sum(source.phase_steps(i)[0] for i in range(2)) == step
+    assert source.train.checkpoint_every == step  # made to keep the fork's checkpoint
+    assert source.train.keep_checkpoints > source.total_steps // step + 2  # and every later one

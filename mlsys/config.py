@@ -150,7 +150,7 @@ class VCycleConfig(_Strict):
     depth_mapping: Literal["copy", "identity"] = "copy"
     optimizer: Literal["reset", "map"] = "reset"
     noise: float = Field(default=0.0, ge=0.0, le=1.0)
-    interpolation: Literal["all", "width"] = "all"
+    interpolation: Literal["all", "width", "detail"] = "all"
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     dropout_steps: int = Field(default=0, ge=0)
 

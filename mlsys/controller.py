@@ -9,8 +9,9 @@ stream. Between phases:
   ``coalesce`` the engine's model, destroy the old engine;
 - up (level a -> a-1): ``decoalesce`` to the level a-1 config, destroy the old engine, load the
   saved level a-1 weights into a second model and ``interpolate(saved, decoalesced, alpha)``
-  (``vcycle.interpolation: width``: instead add ``1 - alpha`` of the saved model's width detail
-  to the de-coalesced one, see mlsys/symmetry.py); training continues on the result, with
+  (``vcycle.interpolation: width`` / ``detail``: instead add ``1 - alpha`` of the saved
+  model's width detail / width and depth detail to the de-coalesced one, see
+  mlsys/symmetry.py); training continues on the result, with
   ``vcycle.dropout`` for its first ``vcycle.dropout_steps`` steps.
 
 Under ZeRO-3 every model is built partitioned (an ``HfDeepSpeedConfig`` stays alive for the
@@ -297,7 +298,7 @@ class Controller:
         from mlsys.models import build_model
         from mlsys.operators import coalesce, decoalesce, interpolate
         from mlsys.optimizer_state import adam_state_of, map_adam_state
-        from mlsys.symmetry import add_relative_noise, add_width_detail
+        from mlsys.symmetry import add_detail, add_relative_noise
         from mlsys.weights_io import load_weights
 
         t0 = time.perf_counter()
@@ -318,8 +319,10 @@ class Controller:
             load_weights(model, s.saved[dst])
             if v.interpolation == "all":
                 interpolate(model, large, v.alpha)
-            else:  # only the saved model's width detail, weighted like the paper's 1 - α
-                add_width_detail(large, model, 1.0 - v.alpha, v.width, v.scheme)
+            else:  # only the saved model's detail, weighted like the paper's 1 - α
+                depth = v.depth if v.interpolation == "detail" else 1
+                add_detail(large, model, 1.0 - v.alpha, v.width, depth, v.scheme,
+                           v.depth_mapping)
                 model = large
             del large
         if v.optimizer == "reset":

@@ -13,6 +13,8 @@ model would never use more than the small model's width. Two breakers live here:
   ``F_w T_w = I`` that detail coalesces to zero, so the coalesced model, and with it everything
   the small level learned, is unchanged exactly; it only makes paired units differ (the
   function moves at second order in the detail for averaged axes, not at all for summed ones).
+  ``add_detail`` does the same for width and depth together: with the identity depth mapping
+  it also gives each identity block the saved layer's detail (a first-order change).
 
 Both work on ZeRO-3 partitioned models one parameter at a time.
 """
@@ -42,25 +44,30 @@ def add_relative_noise(model: nn.Module, scale: float, seed: int) -> None:
                 p.data.add_((noise * (scale * rms)).to(p.dtype).to(p.device))
 
 
-def width_common_part(old: nn.Module, width: int, scheme: str) -> nn.Module:
-    """``T_w F_w W_old``: ``old`` coalesced in width only and de-coalesced back (a new model)."""
+def common_part(old: nn.Module, width: int, depth: int, scheme: str,
+                depth_mapping: str = "copy") -> nn.Module:
+    """``T F W_old``: ``old`` coalesced by ``width``/``depth`` and de-coalesced back (a new
+    model): the part of ``old`` a model ``width``/``depth`` times smaller can represent."""
     from mlsys.operators import coalesce, decoalesce
 
-    small = coalesce(old, width=width, depth=1, scheme=scheme)
-    return decoalesce(small, old.config, scheme=scheme)
+    small = coalesce(old, width=width, depth=depth, scheme=scheme, depth_mapping=depth_mapping)
+    return decoalesce(small, old.config, scheme=scheme, depth_mapping=depth_mapping)
 
 
-def add_width_detail(model: nn.Module, old: nn.Module, weight: float, width: int,
-                     scheme: str) -> None:
-    """In place: ``θ += weight · (W_old − T_w F_w W_old)`` for every parameter of ``model``.
+def add_detail(model: nn.Module, old: nn.Module, weight: float, width: int, depth: int,
+               scheme: str, depth_mapping: str = "copy") -> None:
+    """In place: ``θ += weight · (W_old − T F W_old)`` for every parameter of ``model``, with
+    ``F``/``T`` coalescing by ``width`` and ``depth`` (``depth = 1``: width detail only).
 
     ``old`` is the saved model of the same size (the one the paper interpolates with); with
-    ``weight = 1 − α`` this is the paper's interpolation restricted to the width detail."""
+    ``weight = 1 − α`` this is the paper's interpolation restricted to what coalescing cannot
+    see. Since ``F T = I``, ``F`` of the detail is zero: coalescing ``model`` gives the same
+    small model before and after, exactly."""
     if not 0.0 <= weight <= 1.0:
         raise ValueError(f"weight: must be in [0, 1], got {weight}")
-    if weight == 0.0 or width == 1:
+    if weight == 0.0 or (width == 1 and depth == 1):
         return
-    common = width_common_part(old, width, scheme)
+    common = common_part(old, width, depth, scheme, depth_mapping)
     params = dict(model.named_parameters())
     olds, commons = dict(old.named_parameters()), dict(common.named_parameters())
     if params.keys() != olds.keys():
@@ -74,6 +81,13 @@ def add_width_detail(model: nn.Module, old: nn.Module, weight: float, width: int
                 c = stack.enter_context(read_full({name: commons[name]}))[name]
                 p.data.add_((o.float() - c.float()).to(p.dtype), alpha=weight)
     del common
+
+
+def add_width_detail(model: nn.Module, old: nn.Module, weight: float, width: int,
+                     scheme: str) -> None:
+    """``add_detail`` in width only ("interpolation only in width"): paired units differ by
+    the saved model's differences; the function moves at second order in the detail."""
+    add_detail(model, old, weight, width, 1, scheme)
 
 
 def dropout_after_up(base: float | None, after_up: bool, step_in_phase: int, rate: float,

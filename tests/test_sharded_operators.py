@@ -15,7 +15,8 @@ def test_sharded_operators_match_single_process(tmp_path):
     for kind in ("bert-pretraining", "gpt2"):
         for scheme in ("stride", "adjacent"):
             assert checks[f"{kind}/{scheme}/partitioned"] == 1.0
-            for op in ("coalesce", "decoalesce", "interpolate", "width_detail"):
+            for op in ("coalesce", "decoalesce", "interpolate", "width_detail",
+                       "detail"):
                 assert checks[f"{kind}/{scheme}/{op}"] == 0.0, (kind, scheme, op)
         for stage in (3, 1):
             tag = f"{kind}/engine{stage}"

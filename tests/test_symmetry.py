@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from mlsys.operators import coalesce, decoalesce
-from mlsys.symmetry import add_relative_noise, add_width_detail, dropout_after_up, set_dropout
+from mlsys.symmetry import (
+    add_detail,
+    add_relative_noise,
+    add_width_detail,
+    dropout_after_up,
+    set_dropout,
+)
 from tests.tiny_models import inputs, make, outputs, perturb
 
 
@@ -49,6 +55,23 @@ def _widened(kind: str, depth_mapping: str = "copy"):
 def test_width_detail_is_invisible_to_coalescing(kind, depth_mapping):
     small, large, old = _widened(kind, depth_mapping)
     add_width_detail(large, old, 0.5, width=2, scheme="stride")
+    again = coalesce(large, width=2, depth=2, depth_mapping=depth_mapping)
+    for (n, p), (_, q) in zip(again.named_parameters(), small.named_parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-6, msg=n)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "bert-mlm"])
+@pytest.mark.parametrize("depth_mapping", ["copy", "identity"])
+def test_width_and_depth_detail_is_invisible_to_coalescing(kind, depth_mapping):
+    small, large, old = _widened(kind, depth_mapping)
+
+    def zero_tensors() -> int:
+        return sum(int(not p.any()) for p in large.parameters())
+
+    empty = zero_tensors()  # identity blocks: residual-branch output projections all zero
+    assert (empty > 0) == (depth_mapping == "identity")
+    add_detail(large, old, 0.7, width=2, depth=2, scheme="stride", depth_mapping=depth_mapping)
+    assert zero_tensors() == 0  # the identity blocks got the saved layers' detail
     again = coalesce(large, width=2, depth=2, depth_mapping=depth_mapping)
     for (n, p), (_, q) in zip(again.named_parameters(), small.named_parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=0, atol=1e-6, msg=n)

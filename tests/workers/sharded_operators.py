@@ -17,7 +17,7 @@ from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 from mlsys.operators import coalesce, decoalesce, interpolate
 from mlsys.optimizer_state import DeepSpeedAdamState, TorchAdamState, map_adam_state
 from mlsys.sharded import full_shape, model_is_partitioned
-from mlsys.symmetry import add_width_detail
+from mlsys.symmetry import add_detail, add_width_detail
 from tests.tiny_models import make, perturb
 
 DS_CONFIG = {
@@ -154,6 +154,9 @@ def main(out_path: str) -> None:
             add_width_detail(large, sharded, 0.4, width=2, scheme=scheme)
             dense(add_width_detail, expect_large, model, 0.4, width=2, scheme=scheme)
             checks[f"{kind}/{scheme}/width_detail"] = max_diff(full(large), expect_large)
+            add_detail(large, sharded, 0.3, 2, 2, scheme, mapping)
+            dense(add_detail, expect_large, model, 0.3, 2, 2, scheme, mapping)
+            checks[f"{kind}/{scheme}/detail"] = max_diff(full(large), expect_large)
 
         for stage in (3, 1):
             engine_checks(kind, stage, checks)

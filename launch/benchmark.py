@@ -117,7 +117,8 @@ def compare(configs: dict[str, dict[str, Any]], window: int) -> list[dict[str, A
     smooth = curve.smoothed(window)
     target = smooth[-1]
     base_to = (first_reach(curve.flops, smooth, target), first_reach(curve.wall, smooth, target))
-    rows = [summarize(n, levels[n], records[n], target, base_to, window) for n in configs]
+    rows = [summarize(n, levels[n], records[n], target, base_to, window, (curve.flops, smooth))
+            for n in configs]
     for row in rows:
         row["target_val_loss"] = target
     return rows
@@ -179,13 +180,15 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     def f(x, spec):
         return "not reached" if x is None else format(x, spec)
 
-    out = ["| run | levels | final val loss | FLOPs | FLOPs to target | FLOPs saved | "
-           "wall saved | up-jump: right after / +150 steps |", "|---|---|---|---|---|---|---|---|"]
+    out = ["| run | levels | final val loss | FLOPs | Δ at equal FLOPs | FLOPs to target | "
+           "FLOPs saved | wall saved | up-jump: right after / +150 steps |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         jumps = "; ".join(f"{f(j['jump'], '+.3f')} / {f(j['jump_150'], '+.3f')}"
                           for j in r["transition_jump"]) or "–"
+        gap = "–" if r.get("gap_at_equal_flops") is None else f"{r['gap_at_equal_flops']:+.3f}"
         out.append(f"| {r['name']} | {r['levels']} | {f(r['final_val_loss'], '.4f')} | "
-                   f"{r['flops_total']:.3g} | {f(r['flops_to_target'], '.3g')} | "
+                   f"{r['flops_total']:.3g} | {gap} | {f(r['flops_to_target'], '.3g')} | "
                    f"{f(r['saving_flops'], '+.1%')} | {f(r['saving_wall'], '+.1%')} | {jumps} |")
     return "\n".join(out)
 

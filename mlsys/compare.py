@@ -50,6 +50,17 @@ def first_reach(xs: list[float], ys: list[float], target: float) -> float | None
     return None
 
 
+def value_at(xs: list[float], ys: list[float], x: float) -> float | None:
+    """``y`` at ``x`` by linear interpolation between points (xs ascending); None outside."""
+    for i in range(1, len(xs)):
+        if xs[i - 1] <= x <= xs[i]:
+            if xs[i] == xs[i - 1]:
+                return ys[i]
+            frac = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+            return ys[i - 1] + frac * (ys[i] - ys[i - 1])
+    return ys[0] if xs and x == xs[0] else None
+
+
 def transitions(records: list[Record]) -> list[Record]:
     return [r for r in records if r.get("event") == "transition"]
 
@@ -80,10 +91,13 @@ def _diff(a: float | None, b: float | None) -> float | None:
 
 
 def summarize(name: str, levels: int, records: list[Record], target: float | None,
-              baseline_to_target: tuple[float, float] | None, window: int) -> dict[str, Any]:
+              baseline_to_target: tuple[float, float] | None, window: int,
+              baseline: tuple[list[float], list[float]] | None = None) -> dict[str, Any]:
     """One row of ``results.json``: final loss, FLOPs / seconds to ``target`` and the saving
     against the baseline's (FLOPs, seconds) to the same target. Only the full-size model
-    (level 1) counts as reaching the target: a smaller level's loss is not the product."""
+    (level 1) counts as reaching the target: a smaller level's loss is not the product.
+    Given the ``baseline``'s (FLOPs, smoothed val loss), ``gap_at_equal_flops`` is this run's
+    smoothed final loss minus the baseline's at the same FLOPs (negative: ahead)."""
     curve = eval_curve(records, level=1)
     smooth = curve.smoothed(window)
     end = next((r for r in records if r.get("event") == "end"), {})
@@ -106,7 +120,11 @@ def summarize(name: str, levels: int, records: list[Record], target: float | Non
         "median_step_seconds": median_step,
         "peak_memory_bytes": end.get("peak_memory_bytes"),
         "transition_jump": transition_jumps(records),
+        "gap_at_equal_flops": None,
     }
+    if baseline is not None and smooth:
+        at = value_at(baseline[0], baseline[1], curve.flops[-1])
+        row["gap_at_equal_flops"] = None if at is None else smooth[-1] - at
     if baseline_to_target is not None and flops_to is not None:
         row["saving_flops"] = 1.0 - flops_to / baseline_to_target[0]
         if wall_to is not None and baseline_to_target[1]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlsys.compare import Curve, first_reach, summarize, transition_jumps
+from mlsys.compare import Curve, first_reach, summarize, transition_jumps, value_at
 
 
 def test_first_reach_interpolates_between_evaluations():
@@ -50,3 +50,17 @@ def test_summary_saving_against_the_baseline():
     assert row["transition_seconds"] == [2.0]
     none = summarize("v", 2, _records(), target=3.0, baseline_to_target=(400.0, 40.0), window=1)
     assert none["flops_to_target"] is None and none["saving_flops"] is None
+
+
+def test_value_at_interpolates_and_is_none_outside():
+    assert value_at([0, 10, 20], [5.0, 4.0, 3.0], 15) == pytest.approx(3.5)
+    assert value_at([0, 10, 20], [5.0, 4.0, 3.0], 0) == 5.0
+    assert value_at([0, 10, 20], [5.0, 4.0, 3.0], 25) is None
+
+
+def test_gap_at_equal_flops_against_the_baseline_curve():
+    row = summarize("v", 2, _records(), target=4.0, baseline_to_target=(400.0, 40.0), window=1,
+                    baseline=([0.0, 200.0, 300.0], [6.0, 4.0, 3.0]))
+    # the run ends at 250 FLOPs with 3.9; the baseline is at 3.5 there
+    assert row["gap_at_equal_flops"] == pytest.approx(0.4)
+    assert summarize("v", 2, _records(), 4.0, None, 1)["gap_at_equal_flops"] is None

@@ -45,6 +45,11 @@ def load_profile(name: str) -> dict[str, Any]:
     return profile
 
 
+def _scaled_steps(phases: list[dict[str, Any]], scale: float) -> list[int]:
+    """Each phase's steps after ``schedule.scale``, as ``RunConfig.phase_steps`` counts them."""
+    return [max(1, math.ceil(p["steps"] * scale - 1e-9)) for p in phases]
+
+
 def run_configs(profile: dict[str, Any], family: str, out: Path, only: list[str] | None = None,
                 scale: float = 1.0) -> dict[str, dict[str, Any]]:
     """Run config per run name: the family's shared sections plus the run's own ones."""
@@ -64,7 +69,7 @@ def run_configs(profile: dict[str, Any], family: str, out: Path, only: list[str]
                 cfg[section] = value
         cfg["schedule"] = {"scale": scale}
         if "fork" in cfg:  # the global step at the end of phase ``after_phase``, scaled
-            steps = [max(1, math.ceil(p["steps"] * scale - 1e-9)) for p in cfg["phases"]]
+            steps = _scaled_steps(cfg["phases"], scale)
             cfg["fork"] = {"from": cfg["fork"]["from"],
                            "step": sum(steps[:cfg["fork"]["after_phase"] + 1])}
         cfg["name"] = f"{family}-{name}"
@@ -74,7 +79,7 @@ def run_configs(profile: dict[str, Any], family: str, out: Path, only: list[str]
         if "fork" in cfg and cfg["fork"]["from"] in configs:
             train = configs[cfg["fork"]["from"]].setdefault("train", {})
             every = math.gcd(train.get("checkpoint_every", 0), cfg["fork"]["step"])
-            total = sum(max(1, math.ceil(p["steps"] * scale - 1e-9)) for p in cfg["phases"])
+            total = sum(_scaled_steps(cfg["phases"], scale))
             train.update(checkpoint_every=every, keep_checkpoints=total // every + 2 * len(
                 cfg["phases"]))
     return configs

@@ -1,7 +1,7 @@
 """Symmetry breaking after an exact de-coalescing.
 
 Exactly duplicated units receive identical gradients and identical Adam updates, so a widened
-model would never use more than the small model's width. Two breakers live here:
+model would never use more than the small model's width. The breakers here:
 
 - ``add_relative_noise`` perturbs each parameter tensor by Gaussian noise of standard deviation
   ``scale × RMS(tensor)`` (zero tensors stay zero: an identity block's zeroed projections learn
@@ -16,7 +16,7 @@ model would never use more than the small model's width. Two breakers live here:
   ``add_detail`` does the same for width and depth together: with the identity depth mapping
   it also gives each identity block the saved layer's detail (a first-order change).
 
-Both work on ZeRO-3 partitioned models one parameter at a time.
+Noise and detail work on ZeRO-3 partitioned models one parameter at a time.
 """
 
 from __future__ import annotations

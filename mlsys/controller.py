@@ -270,9 +270,12 @@ class Controller:
         level = self.cfg.phases[s.phase].level
         v = self.cfg.vcycle
         after_up = s.phase > 0 and self.cfg.phases[s.phase - 1].level > level
+        applied = None  # a phase's engine starts with its modules' own dropout rates
         while s.step_in_phase < steps:
-            rate = dropout_after_up(None, after_up, s.step_in_phase, v.dropout, v.dropout_steps)
-            set_dropout(self.engine.module, rate)
+            rate = dropout_after_up(after_up, s.step_in_phase, v.dropout, v.dropout_steps)
+            if rate != applied:
+                set_dropout(self.engine.module, rate)
+                applied = rate
             t_step = time.perf_counter()
             loss, lr = self._train_step()
             seconds = time.perf_counter() - t_step

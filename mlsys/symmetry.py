@@ -90,11 +90,11 @@ def add_width_detail(model: nn.Module, old: nn.Module, weight: float, width: int
     add_detail(model, old, weight, width, 1, scheme)
 
 
-def dropout_after_up(base: float | None, after_up: bool, step_in_phase: int, rate: float,
+def dropout_after_up(after_up: bool, step_in_phase: int, rate: float,
                      steps: int) -> float | None:
     """The dropout rate for a step: ``rate`` during the first ``steps`` steps of a phase that an
-    up-transition started, else ``base`` (None: each module's own rate)."""
-    return rate if after_up and step_in_phase < steps and rate > 0 else base
+    up-transition started, else None (each module's own rate)."""
+    return rate if after_up and step_in_phase < steps and rate > 0 else None
 
 
 def set_dropout(model: nn.Module, rate: float | None) -> None:

@@ -102,10 +102,10 @@ def test_width_detail_rejects_a_bad_weight():
 
 
 def test_dropout_window_sets_and_restores_every_dropout():
-    assert dropout_after_up(None, True, 0, 0.1, 2) == 0.1
-    assert dropout_after_up(None, True, 2, 0.1, 2) is None  # the window is over
-    assert dropout_after_up(None, False, 0, 0.1, 2) is None  # not after an up-transition
-    assert dropout_after_up(None, True, 0, 0.0, 2) is None
+    assert dropout_after_up(True, 0, 0.1, 2) == 0.1
+    assert dropout_after_up(True, 2, 0.1, 2) is None  # the window is over
+    assert dropout_after_up(False, 0, 0.1, 2) is None  # not after an up-transition
+    assert dropout_after_up(True, 0, 0.0, 2) is None
     model = make("gpt2", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0).train()
     ids = inputs()
     reference = outputs(model, ids)[0]

@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="tokens/s with 1 and 2 workers on the default corpus")
     b.add_argument("--out", default="data/bench", help="work directory")
-    b.add_argument("--kind", choices=["gpt", "bert"], default="gpt")
+    b.add_argument("--kind", choices=["causal", "masked"], default="causal")
     b.add_argument("--vocab-size", type=int, default=4096)
     b.add_argument("--scale", type=int, default=3,
                    help="the 1/2-worker runs read the corpus repeated this many times")

@@ -41,11 +41,11 @@ def _run_shards(args: list[str]) -> tuple[float, float]:
     return wall, peak / 2**20
 
 
-def run_bench(out_dir: str, kind: str = "gpt", vocab_size: int = 4096, scale: int = 3,
+def run_bench(out_dir: str, kind: str = "causal", vocab_size: int = 4096, scale: int = 3,
               json_path: str | None = "runs/bench/data_prep.json") -> dict:
     prep = prepare_default(out_dir, kind, vocab_size=vocab_size, workers=2)
     corpus = os.path.join(out_dir, kind, f"stdlib_{KIND_TO_CORPUS[kind]}.jsonl")
-    flags = ["--split-sentences"] if kind == "bert" else ["--append-eod"]
+    flags = ["--split-sentences"] if kind == "masked" else ["--append-eod"]
     tok = prep["tokenizer_dir"]
     runs = []
     inputs = {1: [corpus]}

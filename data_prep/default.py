@@ -17,7 +17,7 @@ from data_prep.indexed import IncompleteDataset, check_complete, write_json_atom
 from data_prep.shards import build_shards
 from data_prep.tokenizer import META_FILE, MODEL_FILE, sha256_file, train_tokenizer
 
-KIND_TO_CORPUS = {"gpt": "code", "bert": "prose"}
+KIND_TO_CORPUS = {"causal": "code", "masked": "prose"}
 
 
 def _read_json(path: str) -> dict | None:
@@ -29,12 +29,14 @@ def _read_json(path: str) -> dict | None:
 
 
 def prepare_default(out_dir: str, kind: str, vocab_size: int = 4096, workers: int = 2) -> dict:
-    """Build (or reuse) the default corpus, tokenizer and shards for ``kind`` ("gpt" | "bert").
+    """Build (or reuse) the default corpus, tokenizer and shards for ``kind``:
+    "causal" (source code, documents ending in eod) or "masked" (prose, one sequence per
+    sentence).
 
     Returns ``{"tokenizer_dir", "data_prefix", "num_tokens"}``.
     """
     if kind not in KIND_TO_CORPUS:
-        raise ValueError(f"kind must be 'gpt' or 'bert', not {kind!r}")
+        raise ValueError(f"kind must be 'causal' or 'masked', not {kind!r}")
     corpus_kind = KIND_TO_CORPUS[kind]
     base = os.path.join(out_dir, kind)
     corpus = corpus_path(base, corpus_kind)
@@ -63,5 +65,6 @@ def prepare_default(out_dir: str, kind: str, vocab_size: int = 4096, workers: in
             raise IncompleteDataset("stale")
     except IncompleteDataset:
         manifest = build_shards([corpus], tok_dir, prefix, workers=workers,
-                                split_sentences=(kind == "bert"), append_eod=(kind == "gpt"))
+                                split_sentences=(kind == "masked"),
+                                append_eod=(kind == "causal"))
     return {"tokenizer_dir": tok_dir, "data_prefix": prefix, "num_tokens": manifest["num_tokens"]}

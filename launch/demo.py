@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"preparing the default corpus under {cfg.data.prepare_dir} (once) ...", flush=True)
         prepare_default(cfg.data.prepare_dir, cfg.kind, vocab_size=cfg.data.prepare_vocab_size)
-    from mlsys.spawn import run_ranks
+    from mlsys.dist.spawn import run_ranks
 
     code = run_ranks("launch.train", ["--config", args.config, "--ds_config", args.ds_config,
                                       "--run-dir", args.run_dir], args.nproc)

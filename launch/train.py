@@ -3,10 +3,10 @@
     deepspeed --num_gpus 2 launch/train.py --ds_config configs/ds/zero3.json \\
         --config configs/tiny-bert-vcycle.yaml
 
-(or ``python -m launch.train`` under torchrun / srun / mlsys.spawn). Validates both configs
+(or ``python -m launch.train`` under torchrun / srun / mlsys.dist.spawn). Validates both configs
 before anything else (exit 2, message naming file and field), picks the CPU accelerator and
 gloo when no GPU is present, maps SLURM's variables to torch.distributed's, then runs
-``mlsys.controller.run_training``. Resumes at the newest checkpoint by default; ``--resume``
+``mlsys.train.controller.run_training``. Resumes at the newest checkpoint by default; ``--resume``
 insists on one, ``--fresh`` discards an earlier run's outputs. SIGTERM / SIGUSR1 checkpoint and
 exit 0.
 """
@@ -48,7 +48,7 @@ def _distributed_env(local_rank: int | None) -> None:
     """Fill RANK/WORLD_SIZE/... from SLURM when launched by srun without a launcher."""
     if "SLURM_PROCID" in os.environ and "RANK" not in os.environ:
         try:
-            from mlsys.slurm_env import slurm_dist_env
+            from mlsys.dist.slurm_env import slurm_dist_env
         except ImportError:  # pragma: no cover - slurm helper not installed
             return
         os.environ.update(slurm_dist_env(os.environ))
@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import deepspeed
 
-    from mlsys.controller import run_training
-    from mlsys.preempt import StopFlag
+    from mlsys.dist.preempt import StopFlag
+    from mlsys.train.controller import run_training
 
     stop = StopFlag().install()
     if "RANK" not in os.environ:  # a single process without a launcher

@@ -5,10 +5,10 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
     name: tiny-bert-vcycle          # the run's name; outputs go to run_dir (default runs/<name>)
     run_dir: runs/tiny-bert-vcycle
     model:                          # the level-1 (full size) model
-      family: bert                  # bert -> BertForMaskedLM, gpt -> GPT2LMHeadModel,
-                                    # vit / deit -> {ViT,DeiT}ForImageClassification (image
-                                    # data; extra: image_size, patch_size; seq_length = tokens
-                                    # per image: (image_size/patch_size)^2 + 1, +2 for deit)
+      family: bert                  # a registered family (mlsys/families/): bert, gpt, vit,
+                                    # deit; vision families read image data (extra: image_size,
+                                    # patch_size; seq_length = tokens per image:
+                                    # (image_size/patch_size)^2 + the family's extra tokens)
       hidden_size: 128
       num_layers: 4
       num_heads: 4
@@ -67,12 +67,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-# model family -> data kind (masked LM / causal LM / image classification)
-FAMILY_KIND = {"bert": "bert", "gpt": "gpt", "vit": "image", "deit": "image"}
-# image families: tokens per image besides the patches (CLS; DeiT adds the distillation token)
-EXTRA_TOKENS = {"vit": 1, "deit": 2}
+from mlsys.families import NAMES, Family, get_family
 
 
 class ConfigError(ValueError):
@@ -84,7 +81,7 @@ class _Strict(BaseModel):
 
 
 class ModelConfig(_Strict):
-    family: Literal["bert", "gpt", "vit", "deit"]
+    family: str
     hidden_size: int = Field(gt=0)
     num_layers: int = Field(gt=0)
     num_heads: int = Field(gt=0)
@@ -93,6 +90,13 @@ class ModelConfig(_Strict):
     vocab_size: int | None = Field(default=None, gt=0)
     dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
     extra: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, name: str) -> str:
+        if name not in NAMES:
+            raise ValueError(f"unknown family {name!r}; known: {', '.join(NAMES)}")
+        return name
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelConfig:
@@ -196,7 +200,7 @@ class RunConfig(_Strict):
             if value % factor:
                 raise ValueError(f"model.{field}: {value} is not divisible by {factor}, "
                                  f"needed to reach level {deepest}")
-        if m.family in EXTRA_TOKENS:
+        if self.family.kind == "vision":
             self._check_image_tokens()
         elif (self.data.tokenizer_dir is None) != (self.data.data_prefix is None):
             raise ValueError("data.tokenizer_dir and data.data_prefix: give both, or neither "
@@ -215,15 +219,20 @@ class RunConfig(_Strict):
                 and size % patch == 0):
             raise ValueError(f"model.extra: image_size and patch_size must be integers, "
                              f"patch_size dividing image_size (got {size!r}, {patch!r})")
-        tokens = (size // patch) ** 2 + EXTRA_TOKENS[m.family]
+        tokens = (size // patch) ** 2 + self.family.extra_tokens
         if d.seq_length != tokens:
             raise ValueError(f"data.seq_length: {m.family} at image_size {size}, patch_size "
                              f"{patch} sees {tokens} tokens per image, not {d.seq_length}")
 
     @property
+    def family(self) -> Family:
+        """The model family's declaration (mlsys/families/)."""
+        return get_family(self.model.family)
+
+    @property
     def kind(self) -> str:
-        """Data kind: 'bert' (masked LM), 'gpt' (causal LM) or 'image' (classification)."""
-        return FAMILY_KIND[self.model.family]
+        """Data kind: 'causal' (causal LM), 'masked' (masked LM) or 'vision' (classification)."""
+        return self.family.kind
 
     @property
     def out_dir(self) -> Path:

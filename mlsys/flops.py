@@ -1,20 +1,22 @@
-"""Cost accounting: training FLOPs per token of a BERT / GPT-2 model, from its config alone.
+"""Cost accounting: training FLOPs per token of a model, from its config and family alone.
 
     flops per token = 6 * N  +  12 * L * S * d
 
 ``N`` counts the weights that multiply activations (every linear map: attention Q, K, V and
-output, the two MLP maps, BERT's MLM transform, and the LM head ``d x V``; the LM head counts
+output, the two MLP maps, a family's ``head_transform`` (BERT's MLM transform), and the LM head
+``d x V``; the LM head counts
 even when tied to the word embedding, because it is a real matmul). Embedding lookups, biases,
 LayerNorms, softmax and GELU are left out (they are O(d) per token, not O(d^2)). ``6 N`` is
 2 FLOPs per multiply-add for the forward pass plus twice that for the backward pass.
 Attention: per layer and token the forward pass computes ``Q K^T`` and ``A V`` over all ``S``
 positions, ``2 * 2 * S * d`` FLOPs; forward plus backward gives ``12 L S d`` (no discount for
 the causal mask, as in the Chinchilla accounting). Both logits for all positions are counted,
-also for BERT (Hugging Face's ``BertForMaskedLM`` projects every position).
-ViT / DeiT: a token is a patch (or the CLS / distillation token); the patch embedding
-(``channels·p² × d`` per token) takes the LM head's place and the classifier (on one token per
-image) is left out. tests/test_flops.py (text) and tests/test_vit_vcycle.py (vision) check this
-against ``torch.utils.flop_counter`` on the real models.
+also for masked LMs (Hugging Face's ``BertForMaskedLM`` projects every position).
+Vision families (``patch_embedding``, no ``lm_head``): a token is a patch (or the CLS /
+distillation token); the patch embedding (``channels·p² × d`` per token) takes the LM head's
+place and the classifier (on one token per image) is left out. tests/test_flops.py (text) and
+tests/test_vit_vcycle.py (vision) check this against ``torch.utils.flop_counter`` on the real
+models.
 """
 
 from __future__ import annotations
@@ -23,35 +25,33 @@ from dataclasses import dataclass
 
 from transformers import PretrainedConfig
 
+from mlsys.families import family_of_config
+from mlsys.operators.configs import sizes_of
+
 
 @dataclass(frozen=True)
 class Dims:
-    family: str  # "bert", "gpt" or "vit" (ViT and DeiT)
     hidden: int
     layers: int
     ffn: int
-    vocab: int  # vit: 0 (no LM head)
-    patch_inputs: int = 0  # vit: channels * patch_size ** 2
+    vocab: int  # 0: no LM head (vision)
+    head_transform: bool = False  # a hidden x hidden map before the LM head (BERT)
+    patch_inputs: int = 0  # vision: channels * patch_size ** 2
 
 
 def dims_of(config: PretrainedConfig) -> Dims:
-    """The dimensions that set the cost of a BERT, GPT-2, ViT or DeiT Hugging Face config."""
-    if config.model_type == "bert":
-        return Dims("bert", config.hidden_size, config.num_hidden_layers,
-                    config.intermediate_size, config.vocab_size)
-    if config.model_type == "gpt2":
-        ffn = config.n_inner if config.n_inner is not None else 4 * config.n_embd
-        return Dims("gpt", config.n_embd, config.n_layer, ffn, config.vocab_size)
-    if config.model_type in ("vit", "deit"):
-        return Dims("vit", config.hidden_size, config.num_hidden_layers,
-                    config.intermediate_size, 0, config.num_channels * config.patch_size ** 2)
-    raise ValueError(f"model_type: no FLOPs formula for {config.model_type!r}")
+    """The dimensions that set the cost of a Hugging Face config of a registered family."""
+    family = family_of_config(config)
+    s = sizes_of(config, family)
+    vocab = getattr(config, family.fields.vocab) if family.lm_head else 0
+    patch = config.num_channels * config.patch_size ** 2 if family.patch_embedding else 0
+    return Dims(s.hidden, s.layers, s.ffn, vocab, family.head_transform, patch)
 
 
 def matmul_params(d: Dims) -> int:
-    """N: weights of every linear map, including the LM head (and BERT's MLM transform)."""
+    """N: weights of every linear map, including the LM head (and a head transform)."""
     per_layer = 4 * d.hidden * d.hidden + 2 * d.hidden * d.ffn
-    head = d.hidden * d.vocab + (d.hidden * d.hidden if d.family == "bert" else 0) \
+    head = d.hidden * d.vocab + (d.hidden * d.hidden if d.head_transform else 0) \
         + d.patch_inputs * d.hidden
     return d.layers * per_layer + head
 

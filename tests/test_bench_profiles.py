@@ -1,5 +1,5 @@
 """Benchmark profiles: every shipped profile parses into valid run configs; ``extends`` and
-``fork`` resolve to the steps the runs will really take."""
+``fork`` resolve to the steps the runs will really take; a bad profile names its field."""
 
 from __future__ import annotations
 
@@ -7,17 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from launch.benchmark import load_profile, run_configs
-from mlsys.config import parse_run_config
+from mlsys.bench.profile import load_profile, run_configs
+from mlsys.config import ConfigError, parse_run_config
 
-PROFILES = sorted(p.stem for p in (Path(__file__).parents[1] / "configs/bench").glob("*.yaml")
+ROOT = Path(__file__).parents[1]
+PROFILES = sorted(p.stem for p in (ROOT / "configs/bench").glob("*.yaml")
                   if p.stem != "transitions")
 
 
 @pytest.mark.parametrize("name", PROFILES)
 def test_every_run_of_every_profile_is_a_valid_config(name, tmp_path):
-    profile = load_profile(name)
-    for family in profile["families"]:
+    profile = load_profile(name, ROOT)
+    for family in profile.families:
         for run, cfg in run_configs(profile, family, tmp_path).items():
             cfg = dict(cfg)
             fork = cfg.pop("fork", None)
@@ -31,12 +32,28 @@ def test_every_run_of_every_profile_is_a_valid_config(name, tmp_path):
 
 @pytest.mark.parametrize("scale, step", [(1.0, 1100), (0.05, 55), (0.013, 15)])
 def test_extends_and_fork_step(scale, step, tmp_path):
-    base, ablation = load_profile("cpu-small"), load_profile("cpu-small-ablation")
-    assert list(ablation["runs"])[:len(base["runs"])] == list(base["runs"])
-    assert ablation["families"] == base["families"]
+    base, ablation = load_profile("cpu-small", ROOT), load_profile("cpu-small-ablation", ROOT)
+    assert list(ablation.runs)[:len(base.runs)] == list(base.runs)
+    assert ablation.families == base.families
     cfgs = run_configs(ablation, "gpt", tmp_path, scale=scale)
     assert cfgs["id-width0.5"]["fork"] == {"from": "vcycle2-gentle", "step": step}
     source = parse_run_config(cfgs["vcycle2-gentle"], source="gentle")
     assert sum(source.phase_steps(i)[0] for i in range(2)) == step
     assert source.train.checkpoint_every == step  # made to keep the fork's checkpoint
     assert source.train.keep_checkpoints > source.total_steps // step + 2  # and every later one
+
+
+@pytest.mark.parametrize("text, field", [
+    ("ds_config: x.json\nfamilies: {}\nruns: {b: {}}\n", "families"),
+    ("ds_config: x.json\nranks: 0\nfamilies: {g: {}}\nruns: {b: {}}\n", "ranks"),
+    ("ds_config: x.json\nfamilies: {g: {}}\nruns: {b: {}}\nwindw: 3\n", "windw"),
+    ("ds_config: x.json\nfamilies: {g: {}}\nruns:\n  a: {fork: {from: b, after_phase: 0},"
+     " phases: [1, 2]}\n  b: {}\n", "runs.a.fork.from"),
+    ("ds_config: x.json\nfamilies: {g: {}}\nruns:\n  b: {}\n  a: {fork: {from: b, after_phase: 1},"
+     " phases: [1, 2]}\n", "runs.a.fork.after_phase"),
+])
+def test_a_bad_profile_names_the_file_and_field(text, field, tmp_path):
+    (tmp_path / "configs" / "bench").mkdir(parents=True)
+    (tmp_path / "configs" / "bench" / "bad.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=rf"bad\.yaml(.|\n)*{field}"):
+        load_profile("bad", tmp_path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlsys.compare import Curve, first_reach, summarize, transition_jumps, value_at
+from mlsys.bench.compare import Curve, first_reach, summarize, transition_jumps, value_at
 
 
 def test_first_reach_interpolates_between_evaluations():

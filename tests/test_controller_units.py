@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from mlsys.config import ModelConfig
-from mlsys.engine import lr_factor
-from mlsys.metrics import read_metrics, truncate_after
+from mlsys.data.stream import eval_indices, micro_indices
+from mlsys.dist.weights_io import load_weights, save_weights
 from mlsys.models import build_model, hf_config
-from mlsys.stream import eval_indices, micro_indices
-from mlsys.weights_io import load_weights, save_weights
+from mlsys.train.engine import lr_factor
+from mlsys.train.metrics import read_metrics, truncate_after
 
 
 def test_lr_warmup_then_decay_to_min() -> None:
@@ -49,13 +49,13 @@ def test_eval_indices_partition() -> None:
 def test_weights_file_round_trip(tmp_path: Path, family: str) -> None:
     config = hf_config(ModelConfig(family=family, hidden_size=32, num_layers=2, num_heads=2,
                                    max_position=16), 50)
-    a, b = build_model(config, family, seed=1), build_model(config, family, seed=2)
+    a, b = build_model(config, seed=1), build_model(config, seed=2)
     save_weights(a, tmp_path / "w.safetensors")
     load_weights(b, tmp_path / "w.safetensors")
     for (n, pa), (_, pb) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
         assert torch.equal(pa, pb), n
     other = build_model(hf_config(ModelConfig(family=family, hidden_size=16, num_layers=2,
-                                              num_heads=2, max_position=16), 50), family, 0)
+                                              num_heads=2, max_position=16), 50), 0)
     with pytest.raises(ValueError, match="shape"):
         load_weights(other, tmp_path / "w.safetensors")
 

@@ -1,4 +1,5 @@
-"""Runtime datasets (mlsys.data) on real megatron-core datasets and real sentencepiece shards."""
+"""Runtime datasets (mlsys.data.megatron) on real megatron-core datasets and real sentencepiece
+shards."""
 
 from __future__ import annotations
 
@@ -6,19 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from mlsys.data import (
-    ResumableBatchSampler,
-    build_datasets,
-    collate_hf,
-    load_tokenizer,
-    samples_from,
-)
+from mlsys.data.megatron import build_datasets, collate_hf, load_tokenizer
+from mlsys.data.stream import batches, micro_indices
 
 SEQ = 64
 
 
 def _gpt(gpt_data, tmp_path, seed=1, n=50, split="100,0,0"):
-    return build_datasets("gpt", gpt_data["data_prefix"], gpt_data["tokenizer_dir"], SEQ, seed,
+    return build_datasets("causal", gpt_data["data_prefix"], gpt_data["tokenizer_dir"], SEQ, seed,
                           (n, 0, 0), split=split, cache_dir=str(tmp_path / f"cache{seed}"))
 
 
@@ -70,7 +66,7 @@ def test_gpt_samples_are_the_token_stream(gpt_data, tmp_path):
 
 def test_gpt_deterministic_per_seed_and_multi_epoch(gpt_data, tmp_path):
     a, _, _ = _gpt(gpt_data, tmp_path, seed=7)
-    b, _, _ = build_datasets("gpt", gpt_data["data_prefix"], gpt_data["tokenizer_dir"], SEQ, 7,
+    b, _, _ = build_datasets("causal", gpt_data["data_prefix"], gpt_data["tokenizer_dir"], SEQ, 7,
                              (50, 0, 0), split="100,0,0", cache_dir=str(tmp_path / "other"))
     c, _, _ = _gpt(gpt_data, tmp_path, seed=8)
     assert all(torch.equal(a[i]["tokens"], b[i]["tokens"]) for i in range(len(a)))
@@ -87,7 +83,7 @@ def test_gpt_split_and_hf_loss(gpt_data, tmp_path):
     train, valid, test = _gpt(gpt_data, tmp_path, n=30, split="80,10,10")
     assert len(train) >= 30 and len(valid) > 0 and len(test) > 0
     samples = [train[i] for i in range(4)]
-    batch = collate_hf(samples, "gpt")
+    batch = collate_hf(samples, "causal")
     assert torch.equal(batch["labels"], batch["input_ids"])  # HF shifts; loss mask is all 1
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=512, n_positions=SEQ, n_embd=32, n_layer=1,
@@ -101,22 +97,25 @@ def test_gpt_split_and_hf_loss(gpt_data, tmp_path):
 
 
 def test_resume_from_consumed_samples(gpt_data, tmp_path):
+    """The stream the controller reads (mlsys.data.stream) continues at ``consumed_samples``."""
     train, _, _ = _gpt(gpt_data, tmp_path)
-    full = list(samples_from(train, 0, 4, "gpt"))
-    resumed = list(samples_from(train, 12, 4, "gpt"))
+
+    def stream(consumed: int, steps: int) -> list[dict]:  # one rank, micro-batch 4
+        return [b for s in range(steps) for b in batches(
+            train, micro_indices(consumed + 4 * s, 4, 1, 0, 1), lambda x: collate_hf(x, "causal"))]
+
+    full, resumed = stream(0, 10), stream(12, 7)
     assert len(resumed) == len(full) - 3
     assert all(torch.equal(x["input_ids"], y["input_ids"])
                for x, y in zip(full[3:], resumed, strict=True))
-    ranks = [list(ResumableBatchSampler(40, 8, 2, dp_rank=r, dp_size=3)) for r in range(3)]
+    ranks = [[micro_indices(8 + 6 * s, 2, 3, r, 1)[0] for s in range(5)] for r in range(3)]
     assert ranks[0][:2] == [[8, 9], [14, 15]] and ranks[2][0] == [12, 13]
     step = [i for r in range(3) for i in ranks[r][1]]
     assert sorted(step) == list(range(14, 20))
-    with pytest.raises(ValueError):
-        ResumableBatchSampler(40, 0, 2, dp_rank=3, dp_size=3)
 
 
 def _bert(bert_data, tmp_path, nsp=False, n=400, seed=3):
-    train, _, _ = build_datasets("bert", bert_data["data_prefix"], bert_data["tokenizer_dir"],
+    train, _, _ = build_datasets("masked", bert_data["data_prefix"], bert_data["tokenizer_dir"],
                                  128, seed, (n, 0, 0), split="100,0,0",
                                  cache_dir=str(tmp_path / "bcache"), nsp=nsp)
     return train
@@ -125,7 +124,7 @@ def _bert(bert_data, tmp_path, nsp=False, n=400, seed=3):
 def test_bert_masking_statistics_and_whole_words(bert_data, tmp_path):
     tok = load_tokenizer(bert_data["tokenizer_dir"])
     train = _bert(bert_data, tmp_path)
-    batch = collate_hf([train[i] for i in range(400)], "bert")
+    batch = collate_hf([train[i] for i in range(400)], "masked")
     assert "next_sentence_label" not in batch
     ids, labels, attn = batch["input_ids"], batch["labels"], batch["attention_mask"]
     masked = labels != -100
@@ -157,7 +156,7 @@ def test_bert_samples_come_from_documents_and_nsp(bert_data, tmp_path):
                                                  ds.document_indices[d + 1])])
             for d in range(len(ds.document_indices) - 1)]
     train = _bert(bert_data, tmp_path, nsp=True, n=200)
-    batch = collate_hf([train[i] for i in range(200)], "bert")
+    batch = collate_hf([train[i] for i in range(200)], "masked")
     nsp = batch["next_sentence_label"]
     assert 0.35 < nsp.float().mean().item() < 0.65
     original = torch.where(batch["labels"] != -100, batch["labels"], batch["input_ids"])
@@ -178,13 +177,13 @@ def test_bert_samples_come_from_documents_and_nsp(bert_data, tmp_path):
 
 def test_refuses_incomplete_or_mismatched_shards(gpt_data, bert_data, tmp_path):
     with pytest.raises(ValueError, match="another tokenizer"):
-        build_datasets("gpt", gpt_data["data_prefix"], bert_data["tokenizer_dir"], SEQ, 1,
+        build_datasets("causal", gpt_data["data_prefix"], bert_data["tokenizer_dir"], SEQ, 1,
                        (10, 0, 0), cache_dir=str(tmp_path))
     with pytest.raises(ValueError, match="no manifest"):
-        build_datasets("gpt", str(tmp_path / "missing"), gpt_data["tokenizer_dir"], SEQ, 1,
+        build_datasets("causal", str(tmp_path / "missing"), gpt_data["tokenizer_dir"], SEQ, 1,
                        (10, 0, 0), cache_dir=str(tmp_path))
     with pytest.raises(ValueError, match="split-sentences"):
-        build_datasets("bert", gpt_data["data_prefix"], gpt_data["tokenizer_dir"], SEQ, 1,
+        build_datasets("masked", gpt_data["data_prefix"], gpt_data["tokenizer_dir"], SEQ, 1,
                        (10, 0, 0), cache_dir=str(tmp_path))
 
 
@@ -193,9 +192,9 @@ import hashlib, json, os, sys, warnings
 warnings.filterwarnings("ignore")
 import torch
 torch.distributed.init_process_group("gloo")
-from mlsys.data import build_datasets
+from mlsys.data.megatron import build_datasets
 out = {}
-for kind, d in (("gpt", json.loads(sys.argv[1])), ("bert", json.loads(sys.argv[2]))):
+for kind, d in (("causal", json.loads(sys.argv[1])), ("masked", json.loads(sys.argv[2]))):
     train, _, _ = build_datasets(kind, d["data_prefix"], d["tokenizer_dir"], 64, 5, (60, 0, 0),
                                  split="100,0,0", cache_dir=sys.argv[3])
     h = hashlib.sha256()
@@ -219,6 +218,7 @@ def _digest(dataset, n=60) -> str:
     return h.hexdigest()
 
 
+@pytest.mark.slow
 def test_two_ranks_build_the_same_samples(gpt_data, bert_data, tmp_path):
     """Real 2-process gloo group: rank 0 builds the index caches, both ranks read the same
     samples, equal to a single-process build."""
@@ -246,7 +246,7 @@ def test_two_ranks_build_the_same_samples(gpt_data, bert_data, tmp_path):
         assert p.returncode == 0, err[-3000:]
     r0, r1 = (json.loads((cache / f"rank{r}.json").read_text()) for r in range(2))
     assert r0 == r1
-    for kind, d in (("gpt", gpt_data), ("bert", bert_data)):
+    for kind, d in (("causal", gpt_data), ("masked", bert_data)):
         train, _, _ = build_datasets(kind, d["data_prefix"], d["tokenizer_dir"], 64, 5,
                                      (60, 0, 0), split="100,0,0",
                                      cache_dir=str(tmp_path / f"single_{kind}"))

@@ -62,7 +62,7 @@ def test_two_workers_same_shards_as_one(tmp_path, gpt_data, bert_data):
 def test_round_trip_documents(gpt_data, bert_data):
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-    from mlsys.data import load_tokenizer
+    from mlsys.data.megatron import load_tokenizer
 
     tok = load_tokenizer(gpt_data["tokenizer_dir"])
     ds = IndexedDataset(gpt_data["data_prefix"])

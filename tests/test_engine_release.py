@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.distributed import ROOT, launch
 
 
+@pytest.mark.slow
 def test_destroyed_zero3_engines_are_freed(tmp_path):
     out = tmp_path / "alive.json"
     launch(ROOT / "tests/workers/engine_release.py", str(out), ranks=2)

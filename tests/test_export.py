@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mlsys.metrics import read_metrics
+from mlsys.train.metrics import read_metrics
 from tests.tiny_run import exported_val_loss, run_config, train, write_yaml
 
 PHASES = [{"level": 1, "steps": 3, "lr": 3e-3, "warmup": 1},

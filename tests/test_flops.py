@@ -19,7 +19,7 @@ def test_formula_equals_counted_training_flops(family: str, level: int) -> None:
                     max_position=48, dropout=0.0)
     config = level_config(hf_config(m, 300), level, VCycleConfig())
     config._attn_implementation = "eager"  # torch's counter skips the CPU SDPA kernel
-    model = build_model(config, family, seed=0)
+    model = build_model(config, seed=0)
     batch, seq = 3, 48
     x = torch.randint(0, 300, (batch, seq))
     with FlopCounterMode(display=False) as counter:
@@ -31,7 +31,7 @@ def test_formula_equals_counted_training_flops(family: str, level: int) -> None:
 def test_matmul_params_are_the_linear_weights_plus_head(family: str) -> None:
     config = hf_config(ModelConfig(family=family, hidden_size=32, num_layers=3, num_heads=2,
                                    max_position=16), 100)
-    model = build_model(config, family, seed=0)
+    model = build_model(config, seed=0)
     linear = sum(mod.weight.numel() for mod in model.modules()
                  if isinstance(mod, torch.nn.Linear) or type(mod).__name__ == "Conv1D")
     # the tied LM head is a Linear in both families; embeddings are not counted

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlsys.compare import transition_jumps
-from mlsys.metrics import read_metrics
+from mlsys.bench.compare import transition_jumps
+from mlsys.train.metrics import read_metrics
 from tests.tiny_run import run_config, train, write_yaml
 
 PHASES = [{"level": 1, "steps": 2, "lr": 3e-3, "warmup": 1},

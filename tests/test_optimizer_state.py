@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mlsys.operators import coalesce, decoalesce
-from mlsys.optimizer_state import TorchAdamState, map_adam_state
+from mlsys.vcycle.optimizer_state import TorchAdamState, map_adam_state
 from tests.tiny_models import inputs, make, perturb
 
 KINDS = ["bert-mlm", "gpt2"]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.checkpoint import complete_tags, fork_run
-from mlsys.metrics import read_metrics
+from mlsys.train.checkpoint import complete_tags, fork_run
+from mlsys.train.metrics import read_metrics
 from tests.tiny_run import run_config, start, train, write_yaml
 
 PHASES = [{"level": 1, "steps": 2, "lr": 3e-3, "warmup": 1},

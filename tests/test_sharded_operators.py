@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.distributed import ROOT, launch
 
 
+@pytest.mark.slow
 def test_sharded_operators_match_single_process(tmp_path):
     out = tmp_path / "checks.json"
     launch(ROOT / "tests/workers/sharded_operators.py", str(out))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mlsys.operators import coalesce, decoalesce
-from mlsys.symmetry import (
+from mlsys.vcycle.symmetry import (
     add_detail,
     add_relative_noise,
     add_width_detail,

@@ -6,8 +6,8 @@ import pytest
 
 from mlsys.config import load_run_config
 from mlsys.flops import dims_of, flops_per_step
-from mlsys.metrics import read_metrics
 from mlsys.models import hf_config, level_config
+from mlsys.train.metrics import read_metrics
 from tests.tiny_run import exported_val_loss, run_config, train, write_yaml
 
 PHASES = [{"level": 1, "steps": 4, "lr": 3e-3, "warmup": 1},

@@ -20,7 +20,7 @@ from data_prep.images import (
     to_square_rgb,
 )
 from data_prep.indexed import IncompleteDataset
-from mlsys.vision_data import ImageShards, build_image_datasets, collate_images
+from mlsys.data.vision import ImageShards, build_image_datasets, collate_images
 
 
 def _png(image: Image.Image) -> bytes:

@@ -11,9 +11,9 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import DeiTConfig, DeiTForImageClassification, ViTForImageClassification
 
 from mlsys.config import ConfigError, parse_run_config
-from mlsys.evaluate import validation_metrics
+from mlsys.data.stream import batches, eval_indices
 from mlsys.flops import dims_of, flops_per_step
-from mlsys.stream import batches, eval_indices
+from mlsys.train.evaluate import validation_metrics
 from tests.distributed import ROOT, launch
 
 IMAGE, PATCH = 16, 4
@@ -68,20 +68,21 @@ def test_vision_config_errors_name_the_field(tmp_path, changes, field):
 
 
 def _metrics(model, valid, n: int) -> dict[str, float]:
-    from mlsys.vision_data import collate_images
+    from mlsys.data.vision import collate_images
 
     return validation_metrics(model, batches(valid, eval_indices(n, 8, 1, 0), collate_images),
-                              "image")
+                              "vision")
 
 
+@pytest.mark.slow
 def test_two_rank_zero3_vit_vcycle(tmp_path):
     """Real DeepSpeed ZeRO-3 run on 2 gloo ranks: level 1 -> 2 -> 1 on the digits. The eval
     right after coalescing equals coalescing the saved level-1 weights in one process, and the
     exported model reproduces the last eval: the partitioned operators, the data stream and the
     export agree with the dense, single-process path."""
+    from mlsys.data.vision import build_image_datasets
+    from mlsys.dist.weights_io import load_weights
     from mlsys.operators import coalesce
-    from mlsys.vision_data import build_image_datasets
-    from mlsys.weights_io import load_weights
 
     cfg = run_config(tmp_path)
     path = tmp_path / "run.yaml"

@@ -1,6 +1,6 @@
 """Helpers for the training tests: tiny run configs over the conftest corpora (``bert_data``,
 ``gpt_data``: real stdlib excerpts, sentencepiece 512, megatron shards) and 2-rank launches of
-launch/train.py on gloo through mlsys.spawn."""
+launch/train.py on gloo through mlsys.dist.spawn."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def env() -> dict[str, str]:
 
 def start(config: Path, ds: str, nproc: int = 2, extra: tuple[str, ...] = (),
           log: Path | None = None) -> list[subprocess.Popen]:
-    from mlsys.spawn import start_ranks
+    from mlsys.dist.spawn import start_ranks
 
     out = open(log, "w") if log is not None else subprocess.DEVNULL
     return start_ranks("launch.train", ["--config", str(config), "--ds_config",
@@ -51,7 +51,7 @@ def start(config: Path, ds: str, nproc: int = 2, extra: tuple[str, ...] = (),
 def train(config: Path, ds: str, nproc: int = 2, extra: tuple[str, ...] = (),
           log: Path | None = None, timeout: float = 900) -> None:
     """Run launch/train.py on ``nproc`` ranks to completion; AssertionError with the log tail."""
-    from mlsys.spawn import wait_ranks
+    from mlsys.dist.spawn import wait_ranks
 
     procs = start(config, ds, nproc, extra, log)
     deadline = time.time() + timeout
@@ -75,9 +75,9 @@ def _wait(procs: list[subprocess.Popen], deadline: float) -> int:
 def exported_val_loss(config_path: Path, final_dir: Path, auto_class: type) -> float:
     """Validation loss of an exported model, in this process, on the run's validation samples."""
     from mlsys.config import load_run_config
-    from mlsys.evaluate import validation_loss
-    from mlsys.run_data import build_run_data
-    from mlsys.stream import batches, eval_indices
+    from mlsys.data.run_data import build_run_data
+    from mlsys.data.stream import batches, eval_indices
+    from mlsys.train.evaluate import validation_loss
 
     cfg = load_run_config(config_path)
     g = cfg.train.global_batch_size

@@ -1,4 +1,6 @@
-"""The data a model family is: which axis of which parameter lives in which space.
+"""The data a model family is: everything the system knows about it, in one declaration.
+
+The operator table: which axis of which parameter lives in which space.
 
 A *space* is a width dimension shared across parameters. The operators change the size of
 ``hidden``, ``qk``, ``v`` and ``ffn`` (``qk``/``v`` in whole heads, so head_dim never changes);
@@ -7,13 +9,22 @@ every other space (``vocab``, ``pos``, ``type``, ``labels``) is fixed.
 An axis is *averaged* (outputs of a linear map, biases, LayerNorm, embedding columns: ``F`` on
 coalesce, duplicated on de-coalesce) or *summed* (inputs of a linear map: ``T`` on coalesce,
 averaged on de-coalesce). A fused axis (GPT-2's ``c_attn`` output) concatenates several spaces.
+
+Around it, what the rest of the system looks up instead of naming a family: the Hugging Face
+config and model classes (by name, resolved lazily), the data kind it trains on (``causal``,
+``masked`` or ``vision``), how run-config fields map to config fields, its dropout fields, the
+extra tokens a vision model sees per image, and the dimensions its FLOPs formula reads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 WIDTH_SPACES = ("hidden", "qk", "v", "ffn")
+KINDS = ("causal", "masked", "vision")
+# The task a run of each data kind trains (a key of ``Family.tasks``).
+TRAIN_TASK = {"causal": "causal-lm", "masked": "masked-lm", "vision": "image-classification"}
 
 
 @dataclass(frozen=True)
@@ -40,18 +51,32 @@ def inp(*spaces: str) -> Axis:
 
 @dataclass(frozen=True)
 class ConfigFields:
-    """Names of the Hugging Face config fields the operators resize."""
+    """Names of the Hugging Face config fields: the four the operators resize, and where the
+    run config's ``max_position`` and ``vocab_size`` go (``positions`` None: the family has no
+    position limit; a classifier's "vocabulary" is its label set, ``num_labels``)."""
 
     hidden: str
     heads: str
     ffn: str
     layers: str
+    vocab: str
+    positions: str | None = None
     ffn_default_multiple: int | None = None  # ffn field may be None, meaning multiple × hidden
 
 
 @dataclass(frozen=True)
 class Family:
-    """A model family as a table.
+    """A model family as a declaration.
+
+    ``name``: what a run config's ``model.family`` says. ``tasks``: task → Hugging Face model
+    class name; the class a run trains is ``tasks[TRAIN_TASK[kind]]``; every class listed is
+    covered by the operator table. ``config_class``: the Hugging Face config class name.
+    ``kind``: the data it trains on. ``dropout_fields``: config fields set to
+    ``model.dropout``. ``config_defaults``: config fields always passed (before
+    ``model.extra``). ``extra_tokens``: vision only, tokens per image besides the patches.
+    FLOPs (``mlsys.flops``): ``lm_head`` (a ``hidden × vocab`` output projection is counted),
+    ``head_transform`` (one more ``hidden × hidden`` map before it, BERT's MLM transform),
+    ``patch_embedding`` (a ``channels·patch² × hidden`` input projection per token).
 
     ``globals``: parameter name → axes, for parameters outside the repeated layers.
     ``layer``: name relative to ``layer_prefix + "{i}."`` → axes.
@@ -63,8 +88,10 @@ class Family:
     """
 
     name: str
-    classes: tuple[str, ...]
     model_type: str
+    config_class: str
+    tasks: dict[str, str]
+    kind: Literal["causal", "masked", "vision"]
     fields: ConfigFields
     layer_prefix: str
     globals: dict[str, tuple[Axis, ...]]
@@ -73,6 +100,33 @@ class Family:
     head_norm: tuple[str, ...] = ()
     pre_ln: bool = False
     identity_norms: dict[str, str] = field(default_factory=dict)
+    dropout_fields: tuple[str, ...] = ()
+    config_defaults: dict[str, Any] = field(default_factory=dict)
+    extra_tokens: int = 0
+    lm_head: bool = True
+    head_transform: bool = False
+    patch_embedding: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind: {self.kind!r} is not one of {KINDS}")
+        if TRAIN_TASK[self.kind] not in self.tasks:
+            raise ValueError(f"tasks: {self.name} lists no {TRAIN_TASK[self.kind]!r} class")
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """Every Hugging Face model class the operator table covers."""
+        return tuple(self.tasks.values())
+
+    @property
+    def train_class_name(self) -> str:
+        """The Hugging Face model class a run of this family trains and exports."""
+        return self.tasks[TRAIN_TASK[self.kind]]
+
+    def hf_class(self, name: str) -> type:
+        import transformers
+
+        return getattr(transformers, name)
 
     def axes_of(self, name: str) -> tuple[tuple[Axis, ...], int | None, str]:
         """(axes, layer index or None, layer-relative name); ValueError if not in the table."""

@@ -6,12 +6,16 @@ _H = out("hidden")
 
 BERT = Family(
     name="bert",
-    classes=("BertForMaskedLM", "BertForPreTraining"),
     model_type="bert",
+    config_class="BertConfig",
+    tasks={"masked-lm": "BertForMaskedLM", "pretraining": "BertForPreTraining"},
+    kind="masked",
     fields=ConfigFields(
-        hidden="hidden_size", heads="num_attention_heads",
-        ffn="intermediate_size", layers="num_hidden_layers",
+        hidden="hidden_size", heads="num_attention_heads", ffn="intermediate_size",
+        layers="num_hidden_layers", vocab="vocab_size", positions="max_position_embeddings",
     ),
+    dropout_fields=("hidden_dropout_prob", "attention_probs_dropout_prob"),
+    head_transform=True,
     layer_prefix="bert.encoder.layer.",
     globals={
         "bert.embeddings.word_embeddings.weight": (out("vocab"), _H),

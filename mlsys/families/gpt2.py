@@ -5,12 +5,17 @@ from mlsys.families.base import ConfigFields, Family, inp, out
 _H = out("hidden")
 
 GPT2 = Family(
-    name="gpt2",
-    classes=("GPT2LMHeadModel",),
+    name="gpt",
     model_type="gpt2",
+    config_class="GPT2Config",
+    tasks={"causal-lm": "GPT2LMHeadModel"},
+    kind="causal",
     fields=ConfigFields(
-        hidden="n_embd", heads="n_head", ffn="n_inner", layers="n_layer", ffn_default_multiple=4,
+        hidden="n_embd", heads="n_head", ffn="n_inner", layers="n_layer", vocab="vocab_size",
+        positions="n_positions", ffn_default_multiple=4,
     ),
+    dropout_fields=("resid_pdrop", "embd_pdrop", "attn_pdrop"),
+    config_defaults={"bos_token_id": None, "eos_token_id": None},  # no bos/eos in our vocab
     layer_prefix="transformer.h.",
     globals={
         "transformer.wte.weight": (out("vocab"), _H),

@@ -14,8 +14,12 @@ _H = out("hidden")
 _ONE = out("one")  # the leading size-1 axes of the token / position parameters
 
 _FIELDS = ConfigFields(
-    hidden="hidden_size", heads="num_attention_heads",
-    ffn="intermediate_size", layers="num_hidden_layers",
+    hidden="hidden_size", heads="num_attention_heads", ffn="intermediate_size",
+    layers="num_hidden_layers", vocab="num_labels",  # no position limit: image/patch sizes
+)
+_VISION = dict(
+    kind="vision", fields=_FIELDS, lm_head=False, patch_embedding=True,
+    dropout_fields=("hidden_dropout_prob", "attention_probs_dropout_prob"),
 )
 
 _LAYER = {
@@ -63,9 +67,11 @@ def _embeddings(base: str, distillation: bool) -> dict:
 
 VIT = Family(
     name="vit",
-    classes=("ViTForImageClassification",),
     model_type="vit",
-    fields=_FIELDS,
+    config_class="ViTConfig",
+    tasks={"image-classification": "ViTForImageClassification"},
+    extra_tokens=1,  # CLS
+    **_VISION,
     layer_prefix="vit.layers.",
     globals={**_embeddings("vit", distillation=False), **_classifier("classifier")},
     layer=_LAYER,
@@ -75,9 +81,12 @@ VIT = Family(
 
 DEIT = Family(
     name="deit",
-    classes=("DeiTForImageClassification", "DeiTForImageClassificationWithTeacher"),
     model_type="deit",
-    fields=_FIELDS,
+    config_class="DeiTConfig",
+    tasks={"image-classification": "DeiTForImageClassification",
+           "image-classification-with-teacher": "DeiTForImageClassificationWithTeacher"},
+    extra_tokens=2,  # CLS and distillation
+    **_VISION,
     layer_prefix="deit.layers.",
     globals={
         **_embeddings("deit", distillation=True),

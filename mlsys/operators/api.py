@@ -6,11 +6,12 @@ import math
 
 from torch import nn
 
-from mlsys.families import Family, family_of
+from mlsys.dist.zero import model_is_partitioned
+from mlsys.families import Family, family_of, family_of_config
 from mlsys.operators import configs
+from mlsys.operators.execute import apply_plan, interpolate_params
 from mlsys.operators.pairing import SCHEMES
 from mlsys.operators.plan import check_depth_mapping, coalesce_plan, decoalesce_plan
-from mlsys.sharded import apply_plan, interpolate_params, model_is_partitioned
 
 
 def _check_scheme(scheme: str) -> None:
@@ -41,16 +42,7 @@ def _build_like(model: nn.Module, config) -> nn.Module:
 
 def derive_config(config, width: int = 2, depth: int = 2):
     """The config ``coalesce`` gives for a model with ``config``."""
-    return configs.derive_config(config, _family_of_config(config), width, depth)
-
-
-def _family_of_config(config) -> Family:
-    from mlsys.families import FAMILIES
-
-    for family in FAMILIES:
-        if family.model_type == getattr(config, "model_type", None):
-            return family
-    raise ValueError(f"model_type: unknown family {getattr(config, 'model_type', None)!r}")
+    return configs.derive_config(config, family_of_config(config), width, depth)
 
 
 def coalesce(model: nn.Module, width: int = 2, depth: int = 2, scheme: str = "stride",

@@ -1,7 +1,7 @@
 """Worker: ZeRO-3 engines built, stepped, evaluated and destroyed leave nothing alive.
 
 Writes ``{"alive_plain": n, "alive_ours": n}`` (rank 0) to the JSON path given last: how many
-of three engines survive ``engine.destroy()`` alone, and ``mlsys.controller.destroy_engine``.
+of three engines survive ``engine.destroy()`` alone, and ``mlsys.train.engine.destroy_engine``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import deepspeed
 import torch
 from transformers.integrations import HfDeepSpeedConfig
 
-from mlsys.controller import destroy_engine
+from mlsys.train.engine import destroy_engine
 from tests.tiny_models import inputs, make
 
 CONFIG = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}

@@ -14,10 +14,10 @@ from deepspeed.utils import safe_get_full_fp32_param
 from transformers.integrations import HfDeepSpeedConfig
 from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
+from mlsys.dist.zero import full_shape, model_is_partitioned
 from mlsys.operators import coalesce, decoalesce, interpolate
-from mlsys.optimizer_state import DeepSpeedAdamState, TorchAdamState, map_adam_state
-from mlsys.sharded import full_shape, model_is_partitioned
-from mlsys.symmetry import add_detail, add_width_detail
+from mlsys.vcycle.optimizer_state import DeepSpeedAdamState, TorchAdamState, map_adam_state
+from mlsys.vcycle.symmetry import add_detail, add_width_detail
 from tests.tiny_models import make, perturb
 
 DS_CONFIG = {

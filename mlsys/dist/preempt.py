@@ -8,6 +8,8 @@ import signal
 import torch
 import torch.distributed as dist
 
+from mlsys.dist.process import initialized
+
 
 class StopFlag:
     """Set by the signal handlers (or by code); ``agreed()`` is collective: true on every rank
@@ -28,6 +30,6 @@ class StopFlag:
 
     def agreed(self) -> bool:
         flag = torch.tensor([1 if self.local else 0], dtype=torch.int32)
-        if dist.is_available() and dist.is_initialized():
+        if initialized():
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())

@@ -1,5 +1,5 @@
 """The data a run trains and validates on: prepared corpus -> megatron-core datasets, or image
-shards -> ``mlsys.vision_data`` datasets; ``BUILDERS`` maps the data kind to its builder.
+shards -> ``mlsys.data.vision`` datasets; ``BUILDERS`` maps the data kind to its builder.
 
 With ``data.tokenizer_dir``/``data.data_prefix`` unset, rank 0 prepares the embedded default
 corpus (images: scikit-learn's digits) under ``data.prepare_dir`` (idempotent) while the other
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mlsys.config import RunConfig
-from mlsys.weights_io import barrier, rank
+from mlsys.dist.process import barrier, rank
 
 
 @dataclass
@@ -54,7 +54,7 @@ def build_run_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> Ru
 
 
 def _text_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunData:
-    from mlsys.data import build_datasets, collate_hf, load_tokenizer
+    from mlsys.data.megatron import build_datasets, collate_hf, load_tokenizer
 
     tokenizer_dir, prefix = data_paths(cfg)
     cache = cfg.data.cache_dir or str(Path(cfg.out_dir) / "data_cache")
@@ -68,7 +68,7 @@ def _text_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunDat
 
 def _image_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunData:
     from data_prep.images import check_images_complete, prepare_default_images
-    from mlsys.vision_data import build_image_datasets, collate_images
+    from mlsys.data.vision import build_image_datasets, collate_images
 
     d, size = cfg.data, cfg.model.extra["image_size"]
     prefix = d.data_prefix
@@ -84,4 +84,4 @@ def _image_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunDa
 
 
 BUILDERS: dict[str, Callable[[RunConfig, int, int], RunData]] = {
-    "gpt": _text_data, "bert": _text_data, "image": _image_data}
+    "causal": _text_data, "masked": _text_data, "vision": _image_data}

@@ -131,9 +131,3 @@ def collate_images(samples: list[dict]) -> dict[str, torch.Tensor]:
     """Stack samples into ``ViTForImageClassification`` inputs (``pixel_values``, ``labels``)."""
     return {"pixel_values": torch.stack([s["pixel_values"] for s in samples]),
             "labels": torch.stack([s["labels"] for s in samples])}
-
-
-def top1_correct(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(number of samples whose arg-max logit is the label, number of samples); -100 skipped."""
-    keep = labels != -100
-    return (logits.argmax(-1)[keep] == labels[keep]).sum(), keep.sum()

@@ -27,8 +27,8 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from mlsys.dist.zero import full_shape, has_master, is_partitioned
 from mlsys.operators.api import moment_plans
-from mlsys.sharded import full_shape
 
 MOMENTS = {"exp_avg": 1, "exp_avg_sq": 2}
 
@@ -108,7 +108,7 @@ class DeepSpeedAdamState:
         from deepspeed.utils import safe_set_full_optimizer_state, safe_set_local_optimizer_state
 
         self._prepare()
-        if not hasattr(param, "ds_id"):
+        if not is_partitioned(param):
             safe_set_full_optimizer_state(param, value.reshape(full_shape(param)), key)
             return
         # ZeRO-3: write this rank's (padded) partition; DeepSpeed 0.19.8's full setter slices
@@ -155,7 +155,7 @@ def adam_state_of(engine) -> AdamState:
     """The Adam state accessor for a DeepSpeed engine: DeepSpeed's own accessors where ZeRO or
     the bf16 optimizer hold fp32 masters, else the plain torch optimizer it wraps."""
     params = list(engine.module.parameters())
-    if any(hasattr(p, "ds_id") or hasattr(p, "_hp_mapping") for p in params):
+    if any(is_partitioned(p) or has_master(p) for p in params):
         return DeepSpeedAdamState(engine)
     return TorchAdamState(engine.optimizer)
 

@@ -11,40 +11,21 @@ is what a resume loads. The saved interpolation weights live outside the tags
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from mlsys.weights_io import barrier, rank
+from mlsys.atomic import atomic_path, write_json
+from mlsys.dist.process import barrier, rank
+from mlsys.train.rundir import RunDir
+from mlsys.train.state import ControllerState
 
 STATE_FILE = "controller.json"
-
-
-@dataclass
-class ControllerState:
-    """Where a run stands: the phase, steps done in it, data position, cost counters, and the
-    saved weights (level -> safetensors path) that up-transitions interpolate with."""
-
-    phase: int = 0
-    step_in_phase: int = 0
-    global_step: int = 0
-    consumed_samples: int = 0
-    tokens: int = 0
-    flops: int = 0
-    wall_seconds: float = 0.0
-    saved: dict[int, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ControllerState:
-        d = dict(d)
-        d["saved"] = {int(k): v for k, v in d.get("saved", {}).items()}
-        return cls(**d)
 
 
 def _tag(state: ControllerState) -> str:
@@ -91,9 +72,7 @@ def save_checkpoint(engine: Any, root: str | Path, state: ControllerState, keep:
     torch.save(_rng_state(), rng_dir / f"rank{rank()}.pt")
     barrier()
     if rank() == 0:
-        tmp = root / tag / f"{STATE_FILE}.tmp"
-        tmp.write_text(json.dumps(asdict(state), indent=1))
-        os.replace(tmp, root / tag / STATE_FILE)
+        write_json(root / tag / STATE_FILE, asdict(state))
         for old in complete_tags(root)[:-keep]:
             shutil.rmtree(root / old, ignore_errors=True)
     barrier()
@@ -118,24 +97,21 @@ def fork_run(source_dir: str | Path, target_dir: str | Path, step: int) -> str:
     (``vcycle/``, paths in the state rewritten) and ``metrics.jsonl``. Resuming the target with
     another config branches the run there; with the same config it reproduces the source.
     Replaces whatever ``target_dir`` held; returns the tag."""
-    src, dst = Path(source_dir), Path(target_dir)
-    tags = [t for t in complete_tags(src / "checkpoints") if int(t[4:11]) == step]
+    src, dst = RunDir(source_dir), RunDir(target_dir)
+    tags = [t for t in complete_tags(src.checkpoints) if int(t[4:11]) == step]
     if not tags:
-        have = ", ".join(complete_tags(src / "checkpoints")) or "none"
-        raise FileNotFoundError(f"{src / 'checkpoints'}: no complete checkpoint at step {step} "
+        have = ", ".join(complete_tags(src.checkpoints)) or "none"
+        raise FileNotFoundError(f"{src.checkpoints}: no complete checkpoint at step {step} "
                                 f"(have: {have})")
     tag = min(tags, key=lambda t: int(t.rsplit("phase", 1)[1]))
-    if dst.exists():
-        shutil.rmtree(dst)
-    tmp = dst.with_name(f"{dst.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src / "checkpoints" / tag, tmp / "checkpoints" / tag)
-    if (src / "vcycle").is_dir():
-        shutil.copytree(src / "vcycle", tmp / "vcycle")
-    shutil.copy2(src / "metrics.jsonl", tmp / "metrics.jsonl")
-    state = read_state(tmp / "checkpoints", tag)
-    state.saved = {level: str(dst / "vcycle" / Path(path).name)
-                   for level, path in state.saved.items()}
-    (tmp / "checkpoints" / tag / STATE_FILE).write_text(json.dumps(asdict(state), indent=1))
-    os.replace(tmp, dst)
+    with atomic_path(dst.root) as tmp_root:
+        tmp = RunDir(tmp_root)
+        shutil.copytree(src.checkpoints / tag, tmp.checkpoints / tag)
+        if src.vcycle.is_dir():
+            shutil.copytree(src.vcycle, tmp.vcycle)
+        shutil.copy2(src.metrics, tmp.metrics)
+        state = read_state(tmp.checkpoints, tag)
+        state.saved = {level: str(dst.vcycle / Path(path).name)
+                       for level, path in state.saved.items()}
+        (tmp.checkpoints / tag / STATE_FILE).write_text(json.dumps(asdict(state), indent=1))
     return tag

@@ -1,5 +1,5 @@
 """Validation loss: summed token cross-entropy over a fixed set of samples, divided by the
-number of predicted tokens (image kind: one label per image, and top-1 accuracy beside it).
+number of predicted tokens (vision kind: one label per image, and top-1 accuracy beside it).
 Independent of world size and batching, so a single process (tests, an exported model)
 reproduces what the distributed run logged."""
 
@@ -11,14 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-
-def loss_sum(model: torch.nn.Module, batch: dict[str, torch.Tensor], kind: str
-             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum of token losses, number of predicted tokens) of one batch; labels -100 are skipped.
-    ``kind`` 'gpt' predicts token t+1 from position t; 'bert' predicts the masked labels;
-    'image' one class per image."""
-    total, count, _ = batch_sums(model, batch, kind)
-    return total, count
+from mlsys.dist.process import initialized
 
 
 def batch_sums(model: torch.nn.Module, batch: dict[str, torch.Tensor], kind: str
@@ -27,7 +20,7 @@ def batch_sums(model: torch.nn.Module, batch: dict[str, torch.Tensor], kind: str
     labels = batch["labels"]
     inputs = {k: v for k, v in batch.items() if k != "labels"}
     logits = model(**inputs).logits.float()
-    if kind == "gpt":
+    if kind == "causal":
         logits, labels = logits[:, :-1], labels[:, 1:]
     total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
                             ignore_index=-100, reduction="sum")
@@ -47,18 +40,18 @@ def validation_loss(model: torch.nn.Module, batches: Iterable[dict[str, torch.Te
 def validation_metrics(model: torch.nn.Module, batches: Iterable[dict[str, torch.Tensor]],
                        kind: str, device: torch.device | str = "cpu") -> dict[str, float]:
     """``{"val_loss"}`` (mean over predictions), plus ``"val_top1"`` (fraction of images whose
-    arg-max class is the label) for kind 'image'; reduced over all ranks."""
+    arg-max class is the label) for kind 'vision'; reduced over all ranks."""
     was_training = model.training
     model.eval()
     acc = torch.zeros(3, dtype=torch.float64, device=device)
     for batch in batches:
         sums = batch_sums(model, {k: v.to(device) for k, v in batch.items()}, kind)
         acc += torch.stack([x.double() for x in sums])
-    if dist.is_available() and dist.is_initialized():
+    if initialized():
         dist.all_reduce(acc)
     model.train(was_training)
     count = acc[1].clamp(min=1)
     metrics = {"val_loss": float(acc[0] / count)}
-    if kind == "image":
+    if kind == "vision":
         metrics["val_top1"] = float(acc[2] / count)
     return metrics

@@ -15,9 +15,10 @@ cumulative training FLOPs):
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from mlsys.atomic import atomic_path, write_text
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
@@ -58,11 +59,18 @@ def truncate_after(path: str | Path, step: int, phase: int | None = None) -> int
     records = read_metrics(path)
     last = (step, float("inf") if phase is None else phase)
     keep = [r for r in records if (r.get("step", 0), r.get("phase", 0)) <= last]
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in keep)
-    os.replace(tmp, path)
+    write_text(path, "".join(json.dumps(r) + "\n" for r in keep))
     return len(records) - len(keep)
+
+
+def save_figure(fig: Any, png: str | Path, dpi: int) -> Path:
+    """Write a matplotlib figure to ``png`` atomically and close it."""
+    import matplotlib.pyplot as plt
+
+    with atomic_path(png) as tmp:
+        fig.savefig(tmp, dpi=dpi)
+    plt.close(fig)
+    return Path(png)
 
 
 def plot_val_loss(records: list[dict[str, Any]], png: str | Path, title: str = "") -> Path:
@@ -88,8 +96,5 @@ def plot_val_loss(records: list[dict[str, Any]], png: str | Path, title: str = "
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    tmp = png.with_name(png.stem + f".tmp{os.getpid()}.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, png)
+    save_figure(fig, png, dpi=110)
     return png

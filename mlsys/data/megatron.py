@@ -11,8 +11,7 @@ BERT masking is megatron's: 15 % of the tokens, whole words (a sentencepiece pie
 a random ordinary token 10 %, itself 10 %; next-sentence prediction with ``nsp=True``.
 
 Resuming: the data position is the number of samples consumed; a run that has consumed ``c``
-samples continues at dataset index ``c`` — see :class:`ResumableBatchSampler` and
-:func:`samples_from`.
+samples continues at dataset index ``c`` (``mlsys.data.stream``).
 """
 
 from __future__ import annotations
@@ -159,22 +158,22 @@ def build_datasets(kind: str, data_prefix: str, tokenizer_dir: str, seq_length: 
         BlendedMegatronDatasetBuilder,
     )
 
-    if kind not in ("gpt", "bert"):
-        raise ValueError(f"kind must be 'gpt' or 'bert', not {kind!r}")
+    if kind not in ("causal", "masked"):
+        raise ValueError(f"kind must be 'causal' or 'masked', not {kind!r}")
     tokenizer = load_tokenizer(tokenizer_dir)
     manifest = check_complete(data_prefix)
     if manifest["tokenizer_sha256"] != tokenizer.meta["model_sha256"]:
         raise ValueError(f"{data_prefix} was tokenized with another tokenizer "
                          f"({manifest['tokenizer_sha256'][:12]}) than {tokenizer_dir} "
                          f"({tokenizer.meta['model_sha256'][:12]})")
-    if kind == "bert" and not manifest["split_sentences"]:
-        raise ValueError(f"{data_prefix}: BERT needs shards made with --split-sentences")
+    if kind == "masked" and not manifest["split_sentences"]:
+        raise ValueError(f"{data_prefix}: a masked LM needs shards made with --split-sentences")
     common = dict(random_seed=seed, sequence_length=seq_length, blend=([data_prefix], None),
                   split=split, tokenizer=tokenizer,
                   path_to_cache=cache_dir or os.path.join(os.path.dirname(data_prefix) or ".",
                                                           "cache"))
     logging.getLogger("megatron.core.datasets").setLevel(logging.WARNING)
-    if kind == "gpt":
+    if kind == "causal":
         from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
         cls = GPTDataset
@@ -197,61 +196,27 @@ def build_datasets(kind: str, data_prefix: str, tokenizer_dir: str, seq_length: 
 def collate_hf(samples: list[dict], kind: str) -> dict[str, torch.Tensor]:
     """Stack megatron samples into Hugging Face model inputs.
 
-    gpt  -> ``input_ids``, ``labels`` (for ``GPT2LMHeadModel``, which shifts labels itself:
+    causal -> ``input_ids``, ``labels`` (for ``GPT2LMHeadModel``, which shifts labels itself:
             ``labels[t]`` is the target predicted at position ``t-1``; -100 where megatron's
             loss mask is 0).
-    bert -> ``input_ids``, ``token_type_ids``, ``attention_mask``, ``labels`` (-100 on tokens
+    masked -> ``input_ids``, ``token_type_ids``, ``attention_mask``, ``labels`` (-100 on tokens
             that are not masked), plus ``next_sentence_label`` (1 = B is random) when the
             dataset was built with ``nsp=True``.
     """
     def stack(key: str) -> torch.Tensor:
         return torch.stack([torch.as_tensor(np.asarray(s[key])).long() for s in samples])
 
-    if kind == "gpt":
+    if kind == "causal":
         tokens, loss_mask = stack("tokens"), torch.stack(
             [torch.as_tensor(s["loss_mask"]) for s in samples])
         labels = tokens.clone()
         labels[:, 1:][loss_mask[:, :-1] == 0] = -100
         return {"input_ids": tokens, "labels": labels}
-    if kind == "bert":
+    if kind == "masked":
         labels = torch.where(stack("loss_mask") == 1, stack("labels"), torch.tensor(-100))
         out = {"input_ids": stack("text"), "token_type_ids": stack("types"),
                "attention_mask": stack("padding_mask"), "labels": labels}
         if "next_sentence_label" in samples[0]:
             out["next_sentence_label"] = stack("next_sentence_label")
         return out
-    raise ValueError(f"kind must be 'gpt' or 'bert', not {kind!r}")
-
-
-class ResumableBatchSampler:
-    """Batches of dataset indices for one data-parallel rank, starting after ``consumed_samples``.
-
-    Global batch ``b`` (``micro_batch_size * dp_size`` samples) covers indices
-    ``[consumed + b*G, consumed + (b+1)*G)``; rank ``r`` takes the ``r``-th micro-batch of it.
-    So a run restarted with the consumed-samples count from its checkpoint sees exactly the
-    batches it would have seen without the restart. Use as ``DataLoader(batch_sampler=...)``.
-    """
-
-    def __init__(self, total_samples: int, consumed_samples: int, micro_batch_size: int,
-                 dp_rank: int = 0, dp_size: int = 1):
-        if not 0 <= dp_rank < dp_size or micro_batch_size <= 0 or consumed_samples < 0:
-            raise ValueError(f"bad sampler arguments: rank {dp_rank} of {dp_size}, "
-                             f"micro batch {micro_batch_size}, consumed {consumed_samples}")
-        self.total, self.consumed = total_samples, consumed_samples
-        self.micro, self.rank, self.world = micro_batch_size, dp_rank, dp_size
-
-    def __len__(self) -> int:
-        return max(0, self.total - self.consumed) // (self.micro * self.world)
-
-    def __iter__(self) -> Iterator[list[int]]:
-        g = self.micro * self.world
-        for start in range(self.consumed, self.total - g + 1, g):
-            first = start + self.rank * self.micro
-            yield list(range(first, first + self.micro))
-
-
-def samples_from(dataset: Any, consumed: int, batch_size: int, kind: str
-                 ) -> Iterator[dict[str, torch.Tensor]]:
-    """Collated batches of ``dataset`` from index ``consumed`` on (single rank, in order)."""
-    for idx in ResumableBatchSampler(len(dataset), consumed, batch_size):
-        yield collate_hf([dataset[i] for i in idx], kind)
+    raise ValueError(f"kind must be 'causal' or 'masked', not {kind!r}")

@@ -3,22 +3,22 @@ written to a temp directory and renamed, loadable with ``AutoModelFor{MaskedLM,C
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import torch
 from transformers import PretrainedConfig
 
+from mlsys.atomic import atomic_path
 from mlsys.models import model_class
 
 
-def export_pretrained(weights: dict[str, torch.Tensor], config: PretrainedConfig, family: str,
+def export_pretrained(weights: dict[str, torch.Tensor], config: PretrainedConfig,
                       tokenizer_dir: str | Path | None, out_dir: str | Path) -> Path:
     """Write ``weights`` (names as in ``named_parameters``) as a model of ``config`` to
     ``out_dir``, replacing it. Call on one process, outside any ZeRO-3 construction context."""
     out_dir = Path(out_dir)
-    model = model_class(family)(config)
+    model = model_class(config)(config)
     params = dict(model.named_parameters())
     if set(params) != set(weights):
         diff = sorted(set(params) ^ set(weights))[:4]
@@ -26,14 +26,10 @@ def export_pretrained(weights: dict[str, torch.Tensor], config: PretrainedConfig
     with torch.no_grad():
         for name, p in params.items():
             p.copy_(weights[name])
-    tmp = out_dir.with_name(out_dir.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    if tokenizer_dir is not None:
-        for f in Path(tokenizer_dir).iterdir():
-            if f.is_file():
-                shutil.copy2(f, tmp / f.name)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
+    with atomic_path(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        if tokenizer_dir is not None:
+            for f in Path(tokenizer_dir).iterdir():
+                if f.is_file():
+                    shutil.copy2(f, tmp / f.name)
     return out_dir

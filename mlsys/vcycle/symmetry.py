@@ -26,7 +26,7 @@ from contextlib import ExitStack
 import torch
 from torch import nn
 
-from mlsys.sharded import read_full, write_full
+from mlsys.dist.zero import read_full, write_full
 
 
 def add_relative_noise(model: nn.Module, scale: float, seed: int) -> None:
@@ -105,3 +105,20 @@ def set_dropout(model: nn.Module, rate: float | None) -> None:
             if not hasattr(m, "mlsys_base_p"):
                 m.mlsys_base_p = m.p
             m.p = m.mlsys_base_p if rate is None else rate
+
+
+class DropoutWindow:
+    """The dropout of one phase's model: ``rate`` for its first ``steps`` steps when an
+    up-transition started the phase, the modules' own rates otherwise; ``at(step)`` sets the
+    rate for a step only when it changes and returns it (None: the modules' own)."""
+
+    def __init__(self, model: nn.Module, after_up: bool, rate: float, steps: int) -> None:
+        self.model, self.after_up, self.rate, self.steps = model, after_up, rate, steps
+        self.applied: float | None = None  # a new model runs at its modules' own rates
+
+    def at(self, step_in_phase: int) -> float | None:
+        rate = dropout_after_up(self.after_up, step_in_phase, self.rate, self.steps)
+        if rate != self.applied:
+            set_dropout(self.model, rate)
+            self.applied = rate
+        return rate

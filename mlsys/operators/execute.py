@@ -10,56 +10,14 @@ single-process use share this path.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from contextlib import ExitStack
 
 import torch
 from torch import nn
 
-if TYPE_CHECKING:  # a runtime import would cycle: mlsys.operators imports this module
-    from mlsys.operators.plan import Group
-
-
-def is_partitioned(param: torch.Tensor) -> bool:
-    """True for a ZeRO-3 parameter (it carries ``ds_id``)."""
-    return hasattr(param, "ds_id")
-
-
-def full_shape(param: torch.Tensor) -> torch.Size:
-    return param.ds_shape if is_partitioned(param) else param.shape
-
-
-def model_is_partitioned(model: nn.Module) -> bool:
-    return any(is_partitioned(p) for p in model.parameters())
-
-
-def _has_master(param: torch.Tensor) -> bool:
-    return hasattr(param, "_z3_optimizer") or hasattr(param, "_hp_mapping")
-
-
-@contextmanager
-def read_full(params: dict[str, torch.Tensor]) -> Iterator[dict[str, torch.Tensor]]:
-    """Full values of ``params`` by name: fp32 masters where an engine owns them, else the
-    gathered module parameters. Every rank must enter with the same names in the same order."""
-    from deepspeed import zero
-    from deepspeed.utils import safe_get_full_fp32_param
-
-    values = {n: safe_get_full_fp32_param(p).reshape(full_shape(p))
-              for n, p in params.items() if _has_master(p)}
-    rest = {n: p for n, p in params.items() if n not in values}
-    with zero.GatheredParameters(list(rest.values())):
-        values.update({n: p.data for n, p in rest.items()})
-        yield values
-
-
-@contextmanager
-def write_full(params: Sequence[torch.Tensor]) -> Iterator[None]:
-    """Gather ``params`` for writing; rank 0's values are kept and re-partitioned on exit."""
-    from deepspeed import zero
-
-    with zero.GatheredParameters(list(params), modifier_rank=0):
-        yield
+from mlsys.dist.zero import full_shape, is_partitioned, read_full, write_full
+from mlsys.operators.plan import Group
 
 
 def apply_plan(groups: Sequence[Group], source: nn.Module, target: nn.Module) -> None:

@@ -1,0 +1,1 @@
+"""The benchmark: profiles, running them side by side, and comparing runs at equal compute."""

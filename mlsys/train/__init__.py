@@ -1,0 +1,1 @@
+"""The training loop: the stage controller, engines, evaluation, checkpoints, metrics, export."""

@@ -1,0 +1,239 @@
+"""The stage controller: walks a run config's phases, one DeepSpeed engine per phase.
+
+``run_training(cfg, ds_config)`` is the whole run (every rank calls it after
+``deepspeed.init_distributed``). Per phase it builds a fresh engine (AdamW + the phase's LR
+schedule) and trains the phase's steps on the shared data stream; between phases the V-cycle's
+policy (``mlsys.vcycle.transition``) turns the model into the next level's. Under ZeRO-3 every
+model is built partitioned (an ``HfDeepSpeedConfig`` stays alive for the run). Checkpoints are
+written every ``train.checkpoint_every`` steps, after every transition and on SIGTERM/SIGUSR1;
+a run resumes at the newest one. At the end rank 0 exports ``final/`` and plots validation loss
+against FLOPs (layout: ``mlsys.train.rundir``).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import time
+from typing import Any
+
+import torch
+from deepspeed.accelerator import get_accelerator
+from transformers.integrations import HfDeepSpeedConfig
+
+from mlsys.atomic import write_json
+from mlsys.config import RunConfig
+from mlsys.data.run_data import build_run_data
+from mlsys.data.stream import batches, eval_indices, micro_indices
+from mlsys.dist.preempt import StopFlag
+from mlsys.dist.process import barrier, rank, world_size
+from mlsys.dist.weights_io import gather_weights
+from mlsys.flops import dims_of, flops_per_step
+from mlsys.models import build_model, hf_config, level_config
+from mlsys.train import checkpoint as ckpt
+from mlsys.train.engine import build_engine, destroy_engine
+from mlsys.train.evaluate import validation_metrics
+from mlsys.train.export import export_pretrained
+from mlsys.train.memory import peak_memory_bytes, release_free_memory, resident_memory_bytes
+from mlsys.train.metrics import MetricsLog, plot_val_loss, read_metrics
+from mlsys.train.progress import Progress
+from mlsys.train.resume import open_run
+from mlsys.train.rundir import RunDir
+from mlsys.train.state import ControllerState
+from mlsys.train.step import train_step
+from mlsys.vcycle import transition
+from mlsys.vcycle.symmetry import DropoutWindow
+
+
+class Controller:
+    """One training run. Construct on every rank, then ``run()``."""
+
+    def __init__(self, cfg: RunConfig, ds_config: dict[str, Any], resume: bool | str = "auto",
+                 stop: StopFlag | None = None, progress: bool = True) -> None:
+        self.cfg, self.ds_config, self.resume = cfg, ds_config, resume
+        self.stop = stop or StopFlag()
+        self.show_progress = progress
+        self.run_dir = RunDir(cfg.out_dir)
+        self.device = torch.device(get_accelerator().current_device_name())
+        self.world, self.rank = world_size(), rank()
+        self.micro = cfg.train.micro_batch_size
+        self.accum = cfg.train.global_batch_size // (self.micro * self.world)
+        self.hf_ds: HfDeepSpeedConfig | None = HfDeepSpeedConfig(ds_config)  # keep alive
+        self.log = MetricsLog(self.run_dir.metrics, enabled=False)  # opened by run()
+        self.data: Any = None  # set by _prepare (collective: may build the corpus)
+        self.configs: dict[int, Any] = {}  # level -> Hugging Face config
+        self.step_flops: dict[int, int] = {}  # level -> FLOPs of one optimizer step
+        self.engine: Any = None
+        self.state = ControllerState()
+        self.last_val: float | None = None
+        self._t0 = time.perf_counter()
+
+    def _prepare(self) -> None:
+        """Data, the config and step FLOPs of every level, the metrics log, the configs."""
+        cfg, g = self.cfg, self.cfg.train.global_batch_size
+        self.data = build_run_data(cfg, cfg.total_steps * g, cfg.train.eval_batches * g)
+        level1 = hf_config(cfg.model, self.data.vocab_size)
+        self.configs = {lv: level_config(level1, lv, cfg.vcycle)
+                        for lv in sorted({p.level for p in cfg.phases})}
+        self.step_flops = {lv: flops_per_step(dims_of(c), cfg.data.seq_length, g)
+                           for lv, c in self.configs.items()}
+        self.log = MetricsLog(self.run_dir.metrics, enabled=self.rank == 0)
+        if self.rank == 0:
+            write_json(self.run_dir.run_config, cfg.model_dump())
+            write_json(self.run_dir.ds_config, self.ds_config)
+
+    def _start(self, tag: str | None) -> None:
+        """The first engine: a fresh level-1 model, or the checkpoint ``tag``'s phase."""
+        phase = 0 if tag is None else ckpt.read_state(self.run_dir.checkpoints, tag).phase
+        model = build_model(self.configs[self.cfg.phases[phase].level], self.cfg.train.seed)
+        if tag is None:
+            torch.manual_seed(self.cfg.train.seed + 1 + self.rank)  # dropout stream per rank
+            self._new_engine(model, 0)
+            return
+        self._new_engine(model, phase)
+        self.state = ckpt.load_checkpoint(self.engine, self.run_dir.checkpoints, tag)
+        if self.rank == 0:
+            evals = [r for r in read_metrics(self.run_dir.metrics) if r["event"] == "eval"]
+            self.last_val = evals[-1]["val_loss"] if evals else None
+        self._record("resume", tag=tag)
+
+    def _new_engine(self, model: torch.nn.Module, phase: int) -> None:
+        steps, warmup = self.cfg.phase_steps(phase)
+        self.engine = build_engine(model, self.ds_config, self.cfg.train,
+                                   self.cfg.phases[phase].lr, steps, warmup)
+
+    def _destroy_engine(self) -> None:
+        if self.engine is not None:
+            destroy_engine(self.engine)
+            self.engine = None
+
+    def _wall(self) -> float:
+        return self.state.wall_seconds + time.perf_counter() - self._t0
+
+    def _record(self, event: str, **fields: Any) -> None:
+        s = self.state
+        self.log.write({"event": event, "step": s.global_step, "phase": s.phase,
+                        "level": self.cfg.phases[s.phase].level, "phase_step": s.step_in_phase,
+                        "tokens": s.tokens, "flops": s.flops, **fields})
+
+    def _evaluate(self) -> None:
+        n = self.cfg.train.eval_batches * self.cfg.train.global_batch_size
+        idx = eval_indices(n, self.micro, self.world, self.rank)
+        metrics = validation_metrics(self.engine, batches(self.data.valid, idx, self.data.collate),
+                                     self.cfg.kind, self.device)
+        self.last_val = metrics["val_loss"]
+        self._record("eval", **metrics, wall=self._wall())
+
+    def _checkpoint(self) -> None:
+        self.state.wall_seconds = self._wall()
+        self._t0 = time.perf_counter()
+        tag = ckpt.save_checkpoint(self.engine, self.run_dir.checkpoints, self.state,
+                                   self.cfg.train.keep_checkpoints)
+        self._record("checkpoint", tag=tag)
+
+    def _run_phase(self, bar: Progress) -> bool:
+        """Train the rest of the current phase; False if stopped by a signal."""
+        s, t, v = self.state, self.cfg.train, self.cfg.vcycle
+        steps, _ = self.cfg.phase_steps(s.phase)
+        level = self.cfg.phases[s.phase].level
+        after_up = s.phase > 0 and self.cfg.phases[s.phase - 1].level > level
+        dropout = DropoutWindow(self.engine.module, after_up, v.dropout, v.dropout_steps)
+        while s.step_in_phase < steps:
+            rate = dropout.at(s.step_in_phase)
+            t_step, lr = time.perf_counter(), float(self.engine.get_lr()[0])
+            idx = micro_indices(s.consumed_samples, self.micro, self.world, self.rank, self.accum)
+            loss = train_step(self.engine, batches(self.data.train, idx, self.data.collate),
+                              self.device)
+            g = t.global_batch_size
+            s.advance(g, g * self.cfg.data.seq_length, self.step_flops[level])
+            seconds = time.perf_counter() - t_step
+            extra = {} if rate is None else {"dropout": rate}
+            self._record("step", loss=loss, lr=lr, seconds=seconds, wall=self._wall(), **extra)
+            if s.step_in_phase == steps or s.global_step % t.eval_every == 0:
+                self._evaluate()
+            if t.checkpoint_every and s.global_step % t.checkpoint_every == 0:
+                self._checkpoint()
+            bar.update(s.global_step, f"phase {s.phase} L{level} loss {loss:.3f} "
+                       f"val {self.last_val or float('nan'):.3f}")
+            if self.stop.agreed():
+                self._checkpoint()
+                self._record("preempted", signal=self.stop.signal)
+                return False
+        return True
+
+    def _transition(self) -> None:
+        """Move to the next phase's level on a new engine (``mlsys.vcycle.transition``). With
+        ``vcycle.optimizer: map`` the new engine is built before the old one is destroyed."""
+        t0 = time.perf_counter()
+        s, v = self.state, self.cfg.vcycle
+        src, dst = self.cfg.phases[s.phase].level, self.cfg.phases[s.phase + 1].level
+        old = self.engine
+        if dst > src:
+            path = self.run_dir.saved_weights(s.phase, src)
+            model = transition.down(old.module, v, path)
+            s.saved[src] = str(path)
+        else:
+            seed = self.cfg.train.seed
+            model = transition.up(old.module, self.configs[dst], s.saved[dst], v, seed=seed,
+                                  noise_seed=seed + s.phase)
+        if v.optimizer == "reset":
+            self._destroy_engine()
+        s.next_phase()
+        self._new_engine(model, s.phase)
+        if v.optimizer == "map":
+            transition.carry_optimizer(old, self.engine, v)
+            destroy_engine(old)
+        del old
+        release_free_memory()
+        self._record("transition", from_level=src, to_level=dst,
+                     transition_seconds=time.perf_counter() - t0,
+                     peak_memory_bytes=peak_memory_bytes(), rss_bytes=resident_memory_bytes())
+        self._evaluate()
+
+    def _finish(self) -> dict[str, Any]:
+        weights = gather_weights(self.engine.module)
+        level = self.cfg.phases[self.state.phase].level
+        self._destroy_engine()
+        self.hf_ds = None  # plain (unpartitioned) construction from here on
+        gc.collect()
+        result = {"val_loss": self.last_val, "flops": self.state.flops, "wall": self._wall(),
+                  "peak_memory_bytes": peak_memory_bytes(), "final_dir": str(self.run_dir.final),
+                  "steps": self.state.global_step, "status": "done"}
+        if self.rank == 0:
+            export_pretrained(weights, self.configs[level], self.data.tokenizer_dir,
+                              self.run_dir.final)
+            self._record("end", **{k: v for k, v in result.items() if k != "status"})
+            self.log.close()
+            plot_val_loss(read_metrics(self.run_dir.metrics), self.run_dir.plot,
+                          title=self.cfg.name)
+            write_json(self.run_dir.done, result)
+        barrier()
+        return result
+
+    def run(self) -> dict[str, Any]:
+        """The whole run: returns {status: done|preempted|already-done, val_loss, flops, ...}."""
+        start = open_run(self.run_dir, self.resume)
+        if start.already_done:
+            return {"status": "already-done", **json.loads(self.run_dir.done.read_text())}
+        self._prepare()
+        self._start(start.tag)
+        self._t0 = time.perf_counter()
+        with Progress(self.cfg.total_steps, self.state.global_step,
+                      enabled=self.show_progress and self.rank == 0) as bar:
+            finished = self._run_phase(bar)
+            while finished and self.state.phase < len(self.cfg.phases) - 1:
+                self._transition()
+                self._checkpoint()
+                finished = self._run_phase(bar)
+        if finished:
+            return self._finish()
+        self._destroy_engine()
+        self.log.close()
+        return {"status": "preempted", "step": self.state.global_step}
+
+
+def run_training(cfg: RunConfig, ds_config: dict[str, Any], resume: bool | str = "auto",
+                 stop: StopFlag | None = None, progress: bool = True) -> dict[str, Any]:
+    """Run (or resume) the training run ``cfg`` with the resolved DeepSpeed config on every
+    rank of the initialised process group; see the module docstring."""
+    return Controller(cfg, ds_config, resume=resume, stop=stop, progress=progress).run()

@@ -1,0 +1,77 @@
+"""One DeepSpeed engine per phase: built with AdamW and the phase's LR schedule, destroyed whole.
+
+The schedule is linear warmup to the phase's lr over ``warmup`` steps (first step at
+lr/warmup), then ``decay`` (linear, cosine or constant) to ``min_lr_ratio * lr`` at the
+phase's last step. Biases and norm weights (1-D parameters) get no weight decay.
+``destroy_engine`` frees an engine for good, working around what DeepSpeed keeps behind.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import deepspeed
+import torch
+from deepspeed.runtime.zero import parameter_offload
+from deepspeed.runtime.zero.partitioned_param_coordinator import PartitionedParameterCoordinator
+
+from mlsys.config import TrainConfig
+from mlsys.dist.zero import full_shape
+from mlsys.train.memory import release_free_memory
+
+
+def lr_factor(step: int, steps: int, warmup: int, decay: str, min_ratio: float) -> float:
+    """Multiplier of the phase lr at 0-based ``step`` of a phase of ``steps`` steps (pure)."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if decay == "constant":
+        return 1.0
+    span = max(1, steps - warmup - 1)
+    progress = min(1.0, (step - warmup) / span)
+    shape = 1.0 - progress if decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    return min_ratio + (1.0 - min_ratio) * shape
+
+
+def build_engine(model: torch.nn.Module, ds_config: dict[str, Any], train: TrainConfig,
+                 lr: float, steps: int, warmup: int) -> Any:
+    """A fresh ``deepspeed.initialize`` engine training ``model`` for one phase."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if len(full_shape(p)) >= 2],
+               "weight_decay": train.weight_decay},
+              {"params": [p for p in params if len(full_shape(p)) < 2], "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=lr, betas=train.betas, eps=train.eps)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_factor(s, steps, warmup, train.decay, train.min_lr_ratio))
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
+                                           lr_scheduler=schedule, config=ds_config,
+                                           dist_init_required=False)
+    return engine
+
+
+def destroy_engine(engine: Any) -> None:
+    """``engine.destroy()``, then drop what DeepSpeed 0.19.8 keeps behind and would keep every
+    old engine (model, optimizer, hooks) alive across transitions: ZeRO-3 pushes the model
+    onto the module-level ``FWD_MODULE_STACK`` and never pops it, and the parameter
+    coordinator's ``lru_cache``d method holds its modules."""
+    engine.destroy()
+    mods = {id(m) for m in engine.module.modules()}
+    parameter_offload.FWD_MODULE_STACK[:] = [
+        m for m in parameter_offload.FWD_MODULE_STACK if id(m) not in mods]
+    _clear_method_caches(PartitionedParameterCoordinator)
+    release_free_memory()
+
+
+def _clear_method_caches(cls: type) -> None:
+    """Clear ``functools.lru_cache``s on ``cls``'s methods (also under a decorator): they are
+    class-wide and keyed by ``self``, so they keep every instance alive."""
+    for fn in vars(cls).values():
+        seen = [fn]
+        while seen:
+            f = seen.pop()
+            if hasattr(f, "cache_clear"):
+                f.cache_clear()
+            seen += [c.cell_contents for c in (getattr(f, "__closure__", None) or ())
+                     if callable(getattr(c, "cell_contents", None))]
+            if hasattr(f, "__wrapped__"):
+                seen.append(f.__wrapped__)

@@ -1,0 +1,44 @@
+"""Where a run starts: fresh (an earlier run's outputs wiped) or at its newest checkpoint (the
+metrics log cut back to that checkpoint, so the resumed run appends exactly what it redoes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlsys.dist.process import barrier, is_main
+from mlsys.train.checkpoint import latest_tag, read_state
+from mlsys.train.metrics import truncate_after
+from mlsys.train.rundir import RunDir
+
+
+@dataclass(frozen=True)
+class Start:
+    tag: str | None  # the checkpoint to load; None: a fresh start
+    already_done: bool = False  # the run finished earlier: nothing to do
+
+
+def start_tag(run: RunDir, resume: bool | str) -> str | None:
+    """The checkpoint a run starts from, None for a fresh start: ``resume`` False starts
+    fresh, True insists on a checkpoint, "auto" takes the newest complete one if any."""
+    tag = latest_tag(run.checkpoints)
+    if resume is True and tag is None:
+        raise FileNotFoundError(f"{run.checkpoints}: --resume given but no checkpoint found")
+    return None if resume is False else tag
+
+
+def open_run(run: RunDir, resume: bool | str) -> Start:
+    """Decide how the run starts and make the run directory agree (collective)."""
+    tag = start_tag(run, resume)
+    if tag is None:
+        if is_main():
+            run.wipe()
+        barrier()
+        return Start(None)
+    if run.is_done() and resume == "auto":
+        return Start(tag, already_done=True)
+    if is_main():  # drop what the resumed run will redo, before appending
+        at = read_state(run.checkpoints, tag)
+        dropped = truncate_after(run.metrics, at.global_step, at.phase)
+        print(f"resuming from {tag} (phase {at.phase}, step {at.step_in_phase}; dropped "
+              f"{dropped} later records)", flush=True)
+    return Start(tag)

@@ -1,0 +1,94 @@
+"""The architecture as rules a change cannot break quietly: imports only go down the layers,
+no module outside ``mlsys/families`` names a family, and entry points stay thin."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from mlsys.families import FAMILIES
+
+ROOT = Path(__file__).resolve().parents[1]
+# Lower first. A module may import its own unit and the units of lower ranks, never higher.
+RANK = {"atomic": 0, "dist": 1, "families": 1, "config": 2, "ds_config": 3, "operators": 3,
+        "models": 4, "flops": 4, "data": 5, "vcycle": 6, "train": 7, "bench": 8}
+
+
+def _modules(folder: str) -> list[Path]:
+    return sorted((ROOT / folder).rglob("*.py"))
+
+
+def _imports(path: Path) -> list[str]:
+    """Every module imported anywhere in ``path`` (top level or inside functions)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+            names += [f"{node.module}.{a.name}" for a in node.names]
+    return names
+
+
+def _unit(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "mlsys" and len(parts) > 1 else None
+
+
+def test_every_mlsys_unit_has_a_rank():
+    units = {p.stem if p.is_file() else p.name for p in (ROOT / "mlsys").iterdir()
+             if p.name != "__init__.py" and not p.name.startswith((".", "__"))}
+    assert units == set(RANK)
+
+
+@pytest.mark.parametrize("path", _modules("mlsys"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_only_go_down(path: Path):
+    own = path.relative_to(ROOT / "mlsys").parts[0].removesuffix(".py")
+    for name in _imports(path):
+        assert not name.startswith(("launch", "tests")), f"{path}: imports {name}"
+        unit = _unit(name)
+        if unit is None or unit == own or unit not in RANK:
+            continue
+        assert RANK[unit] < RANK[own], f"{path} ({own}) imports {name} ({unit}): climbs up"
+
+
+def test_data_prep_does_not_import_mlsys():
+    for path in _modules("data_prep"):
+        assert not any(n.startswith("mlsys") for n in _imports(path)), path
+
+
+def _strings(path: Path) -> set[str]:
+    """String constants of ``path`` that are not docstrings."""
+    tree = ast.parse(path.read_text())
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and n.body and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)}
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str) and id(n) not in docs}
+
+
+def _family_words() -> set[str]:
+    words = set()
+    for f in FAMILIES:
+        words |= {f.name, f.model_type, f.config_class, *f.classes}
+    return words
+
+
+@pytest.mark.parametrize("path", [p for p in _modules("mlsys") if "families" not in p.parts],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_module_outside_families_names_a_family(path: Path):
+    words = _family_words()
+    named = {s for s in _strings(path) if s in words}
+    named |= {n.rsplit(".", 1)[-1] for n in _imports(path) if n.rsplit(".", 1)[-1] in words}
+    assert not named, f"{path} names {sorted(named)}: look the family up in mlsys.families"
+
+
+def test_launch_holds_only_entry_points():
+    for path in _modules("launch"):
+        tree = ast.parse(path.read_text())
+        defs = [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]
+        assert "main" in defs or path.name == "__init__.py", path
+        assert not [n for n in tree.body if isinstance(n, ast.ClassDef)], path

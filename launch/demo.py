@@ -36,12 +36,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"preparing the default corpus under {cfg.data.prepare_dir} (once) ...", flush=True)
         prepare_default(cfg.data.prepare_dir, cfg.kind, vocab_size=cfg.data.prepare_vocab_size)
     from mlsys.dist.spawn import run_ranks
+    from mlsys.train.rundir import RunDir
 
     code = run_ranks("launch.train", ["--config", args.config, "--ds_config", args.ds_config,
                                       "--run-dir", args.run_dir], args.nproc)
     if code == 0:
-        print(f"outputs: {args.run_dir}/metrics.jsonl, {args.run_dir}/val_loss_vs_flops.png, "
-              f"{args.run_dir}/final/")
+        run = RunDir(args.run_dir)
+        print(f"outputs: {run.metrics}, {run.plot}, {run.final}/")
     return code
 
 

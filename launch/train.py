@@ -57,6 +57,8 @@ def _distributed_env(local_rank: int | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Imports stay inside: configs are validated before torch loads, and DS_ACCELERATOR must be
+    # set before deepspeed is imported.
     args = parse_args(argv)
     _distributed_env(args.local_rank)
     from mlsys.config import ConfigError

@@ -1,4 +1,4 @@
-"""Every line of DESIGN.md's operator math, checked against explicit F and T matrices."""
+"""Every line of docs/design.md's operator math, checked against explicit F and T matrices."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def spaces(scheme):
     return {"h": fh, "q": fq, "f": ff}
 
 
-def T(f: torch.Tensor) -> torch.Tensor:  # noqa: N802 - the name of the matrix in DESIGN.md
+def T(f: torch.Tensor) -> torch.Tensor:  # noqa: N802 - the name of the matrix in docs/design.md
     return 2 * f.T
 
 

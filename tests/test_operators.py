@@ -1,4 +1,4 @@
-"""Properties of coalesce / decoalesce / interpolate that DESIGN.md pins."""
+"""Properties of coalesce / decoalesce / interpolate that docs/design.md pins."""
 
 from __future__ import annotations
 

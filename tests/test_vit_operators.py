@@ -1,4 +1,4 @@
-"""Operator properties (DESIGN.md) for the vision families: ViT, DeiT, DeiT with teacher head."""
+"""Operator properties (docs/design.md) for the vision families: ViT, DeiT, DeiT + teacher."""
 
 from __future__ import annotations
 

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from data_prep.default import prepare_default
+from data_prep.images import check_images_complete, prepare_default_images
 from mlsys.config import RunConfig
+from mlsys.data.megatron import build_datasets, collate_hf, load_tokenizer
+from mlsys.data.vision import build_image_datasets, collate_images
 from mlsys.dist.process import barrier, rank
 
 
@@ -31,8 +35,6 @@ def data_paths(cfg: RunConfig) -> tuple[str, str]:
     d = cfg.data
     if d.tokenizer_dir is not None and d.data_prefix is not None:
         return d.tokenizer_dir, d.data_prefix
-    from data_prep.default import prepare_default
-
     if rank() == 0:
         prepare_default(d.prepare_dir, cfg.kind, vocab_size=d.prepare_vocab_size)
     barrier()
@@ -54,8 +56,6 @@ def build_run_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> Ru
 
 
 def _text_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunData:
-    from mlsys.data.megatron import build_datasets, collate_hf, load_tokenizer
-
     tokenizer_dir, prefix = data_paths(cfg)
     cache = cfg.data.cache_dir or str(Path(cfg.out_dir) / "data_cache")
     train, valid, _ = build_datasets(cfg.kind, prefix, tokenizer_dir, cfg.data.seq_length,
@@ -67,9 +67,6 @@ def _text_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunDat
 
 
 def _image_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunData:
-    from data_prep.images import check_images_complete, prepare_default_images
-    from mlsys.data.vision import build_image_datasets, collate_images
-
     d, size = cfg.data, cfg.model.extra["image_size"]
     prefix = d.data_prefix
     if prefix is None:

@@ -1,4 +1,4 @@
-"""Coalesce, de-coalesce and interpolate transformer models (DESIGN.md, "Operator math")."""
+"""Coalesce, de-coalesce and interpolate transformer models (docs/design.md, "Operator math")."""
 
 from mlsys.operators.api import coalesce, decoalesce, derive_config, interpolate
 from mlsys.operators.pairing import SCHEMES

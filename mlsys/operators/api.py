@@ -1,4 +1,4 @@
-"""The public operators: ``coalesce``, ``decoalesce``, ``interpolate`` (see DESIGN.md)."""
+"""The public operators: ``coalesce``, ``decoalesce``, ``interpolate`` (see docs/design.md)."""
 
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from mlsys.dist.zero import read_full, write_full
+from mlsys.operators import coalesce, decoalesce
 
 
 def add_relative_noise(model: nn.Module, scale: float, seed: int) -> None:
@@ -48,8 +49,6 @@ def common_part(old: nn.Module, width: int, depth: int, scheme: str,
                 depth_mapping: str = "copy") -> nn.Module:
     """``T F W_old``: ``old`` coalesced by ``width``/``depth`` and de-coalesced back (a new
     model): the part of ``old`` a model ``width``/``depth`` times smaller can represent."""
-    from mlsys.operators import coalesce, decoalesce
-
     small = coalesce(old, width=width, depth=depth, scheme=scheme, depth_mapping=depth_mapping)
     return decoalesce(small, old.config, scheme=scheme, depth_mapping=depth_mapping)
 

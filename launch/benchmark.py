@@ -10,7 +10,8 @@ processes); the baseline's final validation loss (smoothed over ``window`` evalu
 target, and every run reports the FLOPs and wall seconds it needed to reach it. Writes
 ``results.json``, ``val_loss_vs_flops.png`` and prints a table. ``--transitions N`` instead
 cycles a tiny model down and up N times under ZeRO-3 and reports resident memory after every
-rebuild and seconds per transition.
+rebuild and seconds per transition. A run already finished with the same config is skipped and
+an interrupted one resumes, so a long sweep may be stopped and started again.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", type=float, default=1.0,
                    help="multiply every phase's steps (a quick smoke run: 0.05)")
     p.add_argument("--analyse-only", action="store_true", help="re-read finished runs")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs at a time (one thread per rank each; a fork waits for its source)")
     p.add_argument("--transitions", type=int, default=0,
                    help="instead: cycle a tiny ZeRO-3 model down and up N times")
     args = p.parse_args(argv)
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             transitions_check(args.transitions, Path(args.out), ROOT)
         else:
             benchmark(args.profile, args.family, Path(args.out), ROOT, args.runs, args.scale,
-                      args.analyse_only)
+                      args.analyse_only, args.jobs)
     except (ConfigError, RuntimeError) as err:
         print(f"benchmark: {err}", file=sys.stderr)
         return 2

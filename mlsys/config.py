@@ -24,7 +24,9 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
       prepare_vocab_size: 4096
       seq_length: 128
       split: "98,1,1"
-      cache_dir: null               # megatron index cache (default <run_dir>/../.cache)
+      cache_dir: null               # megatron index cache (default <run_dir>/data_cache)
+      train_samples: null           # dataset size (default: the run's samples); set it equal
+                                    # across runs of different lengths to share a token order
     train:
       seed: 1234
       micro_batch_size: 8           # per rank
@@ -33,8 +35,9 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
       betas: [0.9, 0.999]
       eps: 1.0e-8
       grad_clip: 1.0
-      decay: linear                 # per phase, after warmup: linear | cosine | constant
-      min_lr_ratio: 0.1             # lr at the end of a phase, as a fraction of its lr
+      decay: linear                 # after warmup: linear | cosine | constant | wsd
+      min_lr_ratio: 0.1             # lr at the end of the decay, as a fraction of the peak
+      decay_fraction: 0.2           # wsd: the last fraction of the steps decays, linearly
       eval_every: 20                # validation every K steps (and at every phase end)
       eval_batches: 4               # validation set: this many global batches
       checkpoint_every: 0           # steps; 0: only at transitions, signals and the end
@@ -50,7 +53,10 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
       noise: 0.0                    # after de-coalescing: relative Gaussian noise per tensor
     schedule:
       scale: 1.0                    # multiplies every phase's steps and warmup
-    phases:                         # level 1 = full size; each transition moves one level
+      span: phase                   # phase: every phase warms up and decays on its own;
+                                    # run: one decay over the whole run (see train/schedule.py)
+    phases:                         # level 1 = full size; each transition moves one level;
+                                    # a run starts at level 1 unless vcycle.growth is true
       - {level: 1, steps: 20, lr: 1.0e-3, warmup: 5}
       - {level: 2, steps: 100, lr: 2.0e-3, warmup: 5}
       - {level: 1, steps: 100, lr: 1.0e-3, warmup: 10}
@@ -118,6 +124,7 @@ class DataConfig(_Strict):
     seq_length: int = Field(gt=1)
     split: str = "98,1,1"
     cache_dir: str | None = None
+    train_samples: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _both_or_neither(self) -> DataConfig:
@@ -138,8 +145,9 @@ class TrainConfig(_Strict):
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = Field(default=1e-8, gt=0.0)
     grad_clip: float = Field(default=1.0, ge=0.0)
-    decay: Literal["linear", "cosine", "constant"] = "linear"
+    decay: Literal["linear", "cosine", "constant", "wsd"] = "linear"
     min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
+    decay_fraction: float = Field(default=0.2, gt=0.0, le=1.0)
     eval_every: int = Field(default=20, gt=0)
     eval_batches: int = Field(default=4, gt=0)
     checkpoint_every: int = Field(default=0, ge=0)
@@ -157,10 +165,12 @@ class VCycleConfig(_Strict):
     interpolation: Literal["all", "width", "detail"] = "all"
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     dropout_steps: int = Field(default=0, ge=0)
+    growth: bool = False
 
 
 class ScheduleConfig(_Strict):
     scale: float = Field(default=1.0, gt=0.0)
+    span: Literal["phase", "run"] = "phase"
 
 
 class PhaseConfig(_Strict):
@@ -182,13 +192,18 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _check_schedule(self) -> RunConfig:
-        if self.phases[0].level != 1:
-            raise ValueError(f"phases.0.level: a run starts at level 1, got {self.phases[0].level}")
+        if self.phases[0].level != 1 and not self.vcycle.growth:
+            raise ValueError(f"phases.0.level: a run starts at level 1, got "
+                             f"{self.phases[0].level} (vcycle.growth: true starts smaller)")
         for i in range(1, len(self.phases)):
             a, b = self.phases[i - 1].level, self.phases[i].level
             if abs(a - b) != 1:
                 raise ValueError(f"phases.{i}.level: moves from level {a} to {b}; "
                                  "each transition moves exactly one level")
+        need = self.total_steps * self.train.global_batch_size
+        if self.data.train_samples is not None and self.data.train_samples < need:
+            raise ValueError(f"data.train_samples: {self.data.train_samples} is fewer than the "
+                             f"{need} samples this run trains on")
         deepest = max(p.level for p in self.phases)
         if deepest > 1 and self.vcycle.width == 1 and self.vcycle.depth == 1:
             raise ValueError("vcycle.width, vcycle.depth: both 1 leave nothing to coalesce")
@@ -247,6 +262,13 @@ class RunConfig(_Strict):
     @property
     def total_steps(self) -> int:
         return sum(self.phase_steps(i)[0] for i in range(len(self.phases)))
+
+    @property
+    def train_samples(self) -> int:
+        """Training samples the dataset is built for: ``data.train_samples`` or what the run
+        consumes."""
+        need = self.total_steps * self.train.global_batch_size
+        return self.data.train_samples if self.data.train_samples is not None else need
 
 
 def _format(err: ValidationError) -> str:

@@ -32,7 +32,8 @@ def test_every_run_of_every_profile_is_a_valid_config(name, tmp_path):
 
 @pytest.mark.parametrize("scale, step", [(1.0, 1100), (0.05, 55), (0.013, 15)])
 def test_extends_and_fork_step(scale, step, tmp_path):
-    base, ablation = load_profile("cpu-small", ROOT), load_profile("cpu-small-ablation", ROOT)
+    base = load_profile("cpu-small-untuned", ROOT)
+    ablation = load_profile("cpu-small-ablation", ROOT)
     assert list(ablation.runs)[:len(base.runs)] == list(base.runs)
     assert ablation.families == base.families
     cfgs = run_configs(ablation, "gpt", tmp_path, scale=scale)

@@ -13,8 +13,8 @@ from mlsys.config import ModelConfig
 from mlsys.data.stream import eval_indices, micro_indices
 from mlsys.dist.weights_io import load_weights, save_weights
 from mlsys.models import build_model, hf_config
-from mlsys.train.engine import lr_factor
 from mlsys.train.metrics import read_metrics, truncate_after
+from mlsys.train.schedule import lr_factor
 
 
 def test_lr_warmup_then_decay_to_min() -> None:
@@ -76,3 +76,13 @@ def test_truncate_after_drops_a_later_phase_at_the_same_step(tmp_path: Path) -> 
                             for e, s, p in rows))
     assert truncate_after(path, 4, phase=1) == 3
     assert [r["event"] for r in read_metrics(path)] == ["step", "eval"]
+
+
+def test_truncate_after_drops_the_end_of_a_finished_run(tmp_path: Path) -> None:
+    """A run forked from (or resumed after) a finished one ends anew: the old end goes."""
+    path = tmp_path / "metrics.jsonl"
+    rows = [("step", 4, 0), ("eval", 4, 0), ("checkpoint", 4, 0), ("end", 4, 0)]
+    path.write_text("".join(json.dumps({"event": e, "step": s, "phase": p}) + "\n"
+                            for e, s, p in rows))
+    assert truncate_after(path, 4, phase=0) == 1
+    assert [r["event"] for r in read_metrics(path)] == ["step", "eval", "checkpoint"]

@@ -81,7 +81,7 @@ def exported_val_loss(config_path: Path, final_dir: Path, auto_class: type) -> f
 
     cfg = load_run_config(config_path)
     g = cfg.train.global_batch_size
-    data = build_run_data(cfg, cfg.total_steps * g, cfg.train.eval_batches * g)
+    data = build_run_data(cfg, cfg.train_samples, cfg.train.eval_batches * g)
     model = auto_class.from_pretrained(final_dir)
     idx = eval_indices(cfg.train.eval_batches * g, cfg.train.micro_batch_size, 1, 0)
     return validation_loss(model, batches(data.valid, idx, data.collate), cfg.kind)

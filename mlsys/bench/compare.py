@@ -6,6 +6,7 @@ Pure functions over the records of ``metrics.jsonl`` (events ``step``, ``eval``,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,7 +101,7 @@ def summarize(name: str, levels: int, records: list[Record], target: float | Non
     smoothed final loss minus the baseline's at the same FLOPs (negative: ahead)."""
     curve = eval_curve(records, level=1)
     smooth = curve.smoothed(window)
-    end = next((r for r in records if r.get("event") == "end"), {})
+    end = next((r for r in reversed(records) if r.get("event") == "end"), {})
     steps = [r for r in records if r.get("event") == "step"]
     step_seconds = sorted(r["seconds"] for r in steps)
     median_step = step_seconds[len(step_seconds) // 2] if step_seconds else None
@@ -130,3 +131,31 @@ def summarize(name: str, levels: int, records: list[Record], target: float | Non
         if wall_to is not None and baseline_to_target[1]:
             row["saving_wall"] = 1.0 - wall_to / baseline_to_target[1]
     return row
+
+
+def lower_envelope(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The baseline frontier: of (FLOPs, final loss) points, those no cheaper point beats;
+    sorted by FLOPs, loss strictly decreasing."""
+    out: list[tuple[float, float]] = []
+    for flops, loss in sorted(points):
+        if out and flops == out[-1][0]:
+            if loss < out[-1][1]:
+                out.pop()
+            else:
+                continue
+        if not out or loss < out[-1][1]:
+            out.append((flops, loss))
+    return out
+
+
+def frontier_flops(envelope: list[tuple[float, float]], loss: float) -> float | None:
+    """Baseline FLOPs needed to reach ``loss`` on the frontier, interpolating linearly in
+    log-FLOPs between its points; None if the frontier never gets that low."""
+    for i, (flops, value) in enumerate(envelope):
+        if value <= loss:
+            if i == 0:
+                return flops
+            f0, v0 = envelope[i - 1]
+            frac = (v0 - loss) / (v0 - value)
+            return math.exp(math.log(f0) + frac * (math.log(flops) - math.log(f0)))
+    return None

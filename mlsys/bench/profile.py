@@ -14,6 +14,17 @@ the runs, each adding its own sections (``phases``, ``vcycle``, ...)::
         fork: {from: vcycle2-gentle, after_phase: 1}   # start from that run's checkpoint
         vcycle: {...}                                  # at the end of phase 1
         phases: [...]
+      stable: {train: {decay: constant}, phases: [...], sweep: {lr: [1.0e-3, 2.0e-3]}}
+      wsd:                            # one run per (lr, steps): name wsd-lr1e-3-s500, ...
+        fork: {from: stable, before_decay: true}       # branched where its decay starts
+        train: {decay: wsd}
+        phases: [{level: 1, steps: 2000, lr: 1.0e-3, warmup: 50}]
+        sweep: {lr: [1.0e-3, 2.0e-3], steps: [500, 1000, 2000]}
+
+A ``sweep`` expands a run into one run per grid point: ``lr`` sets level 1's lr and scales
+every other phase's by the same factor (the declared ratios between levels are the level lr
+rule), ``steps`` sets a one-phase run's length. A fork from a swept run branches from
+the variant with the same lr.
 
 ``load_profile`` raises ``ConfigError`` naming the file and field; ``run_configs`` gives the
 run configs of one family (each validated by ``mlsys.config`` before anything trains).
@@ -24,12 +35,13 @@ from __future__ import annotations
 import copy
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from mlsys.config import ConfigError, parse_run_config
+from mlsys.config import ConfigError, RunConfig, parse_run_config
+from mlsys.train.schedule import decay_steps
 
 
 class _Strict(BaseModel):
@@ -37,8 +49,36 @@ class _Strict(BaseModel):
 
 
 class Fork(_Strict):
+    """Start from another run's checkpoint: at the end of its phase ``after_phase``, or
+    (``before_decay``) at the step where this run's WSD decay starts."""
+
     source: str = Field(alias="from", min_length=1)
-    after_phase: int = Field(ge=0)
+    after_phase: int | None = Field(default=None, ge=0)
+    before_decay: bool = False
+
+    @model_validator(mode="after")
+    def _one_point(self) -> Fork:
+        if (self.after_phase is None) == (not self.before_decay):
+            raise ValueError("give exactly one of after_phase and before_decay: true")
+        return self
+
+
+class Sweep(_Strict):
+    """``lr``: values, or ``grid`` (the family's ``lr_grid``) or ``mid`` (its two middle
+    points); ``steps``: lengths of a one-phase run."""
+
+    lr: list[float] | Literal["grid", "mid"] = Field(default_factory=list)
+    steps: list[int] = Field(default_factory=list)
+
+    def lrs(self, grid: list[float] | None) -> list[float]:
+        if isinstance(self.lr, list):
+            return self.lr
+        if not grid:
+            raise ConfigError(f"sweep.lr: {self.lr!r} needs the family's lr_grid")
+        if self.lr == "grid":
+            return grid
+        mid = len(grid) // 2
+        return grid[mid - 1: mid + 1] if len(grid) % 2 == 0 else grid[mid: mid + 1]
 
 
 class Profile(_Strict):
@@ -49,22 +89,92 @@ class Profile(_Strict):
     runs: dict[str, dict[str, Any]] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _forks_name_earlier_runs(self) -> Profile:
+    def _forks_and_sweeps(self) -> Profile:
         names = list(self.runs)
         for i, (name, run) in enumerate(self.runs.items()):
+            sweep = _section(Sweep, run, "sweep", name)
+            if sweep.steps and len(run.get("phases", [])) != 1:
+                raise ValueError(f"runs.{name}.sweep.steps: only a one-phase run's length is "
+                                 "swept")
             if "fork" not in run:
                 continue
-            try:
-                fork = Fork.model_validate(run["fork"])
-            except ValidationError as err:
-                raise ValueError(f"runs.{name}.fork: {err.errors()[0]['msg']}") from None
+            fork = _section(Fork, run, "fork", name)
             if fork.source not in names[:i]:
                 raise ValueError(f"runs.{name}.fork.from: {fork.source!r} is not a run listed "
                                  f"before it ({', '.join(names[:i]) or 'none'})")
-            if fork.after_phase >= len(run.get("phases", [])) - 1:
+            if fork.after_phase is not None and fork.after_phase >= len(run.get("phases", [])) - 1:
                 raise ValueError(f"runs.{name}.fork.after_phase: {fork.after_phase} leaves no "
                                  "phase to train after the fork")
+            if _section(Sweep, self.runs[fork.source], "sweep", fork.source).steps:
+                raise ValueError(f"runs.{name}.fork.from: {fork.source!r} sweeps its length; "
+                                 "a fork needs one source")
+        for family, sections in self.families.items():
+            grid = sections.get("lr_grid")
+            if grid is not None and not (isinstance(grid, list) and len(grid) >= 2 and all(
+                    isinstance(x, int | float) and x > 0 for x in grid)):
+                raise ValueError(f"families.{family}.lr_grid: a list of at least 2 positive "
+                                 f"learning rates, got {grid!r}")
         return self
+
+
+def _section(model: type[BaseModel], run: dict[str, Any], key: str, name: str) -> Any:
+    try:
+        return model.model_validate(run.get(key, {}) if key == "sweep" else run[key])
+    except ValidationError as err:
+        e = err.errors()[0]
+        where = ".".join(str(x) for x in (name, key, *e["loc"]))
+        raise ValueError(f"runs.{where}: {e['msg'].removeprefix('Value error, ')}") from None
+
+
+def _tag(value: float) -> str:
+    """A learning rate for a run name: 0.001 -> 1e-3, 0.00025 -> 2.5e-4."""
+    mantissa, exponent = f"{value:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def expand(runs: dict[str, dict[str, Any]], grid: list[float] | None = None
+           ) -> dict[str, dict[str, Any]]:
+    """Every swept run replaced by its grid points (``NAME-lr<x>``, ``NAME-lr<x>-s<n>``), in
+    declaration order; forks from a swept run point at the variant with the same lr."""
+    out: dict[str, dict[str, Any]] = {}
+    variants: dict[str, dict[float | None, str]] = {}
+    for name, run in runs.items():
+        sweep = Sweep.model_validate(run.get("sweep", {}))
+        base = {k: copy.deepcopy(v) for k, v in run.items() if k != "sweep"}
+        variants[name] = {}
+        for lr in sweep.lrs(grid) or [None]:
+            for steps in sweep.steps or [None]:
+                cfg = copy.deepcopy(base)
+                suffix = ""
+                if lr is not None:  # the grid value is level 1's lr; the ratios are kept
+                    ref = next((p["lr"] for p in cfg["phases"] if p["level"] == 1),
+                               cfg["phases"][0]["lr"])
+                    cfg["phases"] = [{**p, "lr": lr if p["lr"] == ref else p["lr"] * lr / ref}
+                                     for p in cfg["phases"]]
+                    suffix += f"-lr{_tag(lr)}"
+                if steps is not None:
+                    cfg["phases"][0]["steps"] = steps
+                    suffix += f"-s{steps}"
+                if "fork" in cfg:
+                    source = variants[cfg["fork"]["from"]]
+                    if lr not in source and None not in source:
+                        raise ConfigError(f"runs.{name}.fork.from: {cfg['fork']['from']} has no "
+                                          f"variant at lr {lr:g} to fork from")
+                    cfg["fork"] = {**cfg["fork"], "from": source.get(lr, source.get(None))}
+                out[name + suffix] = cfg
+                variants[name].setdefault(lr, name + suffix)
+    return out
+
+
+def _fork_step(cfg: RunConfig, fork: dict[str, Any]) -> int:
+    """The global step a fork starts at, after ``schedule.scale``."""
+    if not fork.get("before_decay"):
+        return sum(cfg.phase_steps(i)[0] for i in range(fork["after_phase"] + 1))
+    if cfg.train.decay != "wsd":
+        raise ConfigError(f"{cfg.name}: fork.before_decay needs train.decay: wsd")
+    total = cfg.total_steps
+    span = total if cfg.schedule.span == "run" else cfg.phase_steps(len(cfg.phases) - 1)[0]
+    return total - decay_steps(span, cfg.train.decay_fraction)
 
 
 def profile_path(name: str, root: str | Path) -> Path:
@@ -115,9 +225,11 @@ def run_configs(profile: Profile, family: str, out: Path, scale: float = 1.0
     if family not in profile.families:
         raise ConfigError(f"family: {family!r} is not in this profile "
                           f"({', '.join(profile.families)})")
+    shared = dict(profile.families[family])
+    grid = shared.pop("lr_grid", None)
     configs, totals = {}, {}
-    for name, run in profile.runs.items():
-        cfg = _merged(profile.families[family], run)
+    for name, run in expand(profile.runs, grid).items():
+        cfg = _merged(shared, run)
         cfg["schedule"] = {"scale": scale}
         cfg["name"] = f"{family}-{name}"
         cfg["run_dir"] = str(out / name)
@@ -125,8 +237,7 @@ def run_configs(profile: Profile, family: str, out: Path, scale: float = 1.0
         parsed = parse_run_config(cfg, source=f"{family}/{name}")
         totals[name] = parsed.total_steps
         if fork is not None:
-            cfg["fork"] = {"from": fork["from"], "step": sum(
-                parsed.phase_steps(i)[0] for i in range(fork["after_phase"] + 1))}
+            cfg["fork"] = {"from": fork["from"], "step": _fork_step(parsed, fork)}
         configs[name] = cfg
     for name, cfg in configs.items():  # a fork source keeps a checkpoint at every fork step
         if "fork" in cfg:

@@ -6,46 +6,101 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mlsys.bench.compare import eval_curve, first_reach, summarize
+from mlsys.bench.compare import (
+    eval_curve,
+    first_reach,
+    frontier_flops,
+    lower_envelope,
+    summarize,
+)
 from mlsys.train.metrics import read_metrics, save_figure
 from mlsys.train.rundir import RunDir
 
 
-def compare(configs: dict[str, dict[str, Any]], window: int) -> list[dict[str, Any]]:
-    """One row per run (``mlsys.bench.compare.summarize``); the target is the smoothed final
-    validation loss of the first one-level run (the baseline)."""
+def compare(configs: dict[str, dict[str, Any]], window: int) -> dict[str, Any]:
+    """Every finished run against the tuned baselines.
+
+    Baselines are the one-level runs. The **target** is the best of those that train the
+    full budget (the most FLOPs), by smoothed final validation loss. The **frontier** is the
+    lower envelope of every baseline's (FLOPs, smoothed final loss): the best a baseline does
+    at each budget (WSD runs decayed at several budgets fill it in). Per run (``summarize``):
+    FLOPs to reach the target and the saving against the target baseline's own FLOPs to it
+    (measure a); and ``frontier_flops``, the baseline FLOPs the frontier needs for this run's
+    smoothed final loss, with ``saving_frontier = 1 - flops_total / frontier_flops``
+    (measure b; None where the run ends below the whole frontier)."""
     records = {n: read_metrics(RunDir(c["run_dir"]).metrics) for n, c in configs.items()}
     levels = {n: max(p["level"] for p in c["phases"]) for n, c in configs.items()}
-    base = next((n for n in configs if levels[n] == 1), None)
-    if base is None:
+    curves = {n: eval_curve(records[n]) for n in configs}
+    finals = {n: (curves[n].flops[-1], curves[n].smoothed(window)[-1]) for n in configs
+              if levels[n] == 1}
+    if not finals:
         raise RuntimeError("runs: no finished baseline (a one-level run) to compare against")
-    curve = eval_curve(records[base])
-    smooth = curve.smoothed(window)
+    full = max(f for f, _ in finals.values())
+    best = min((n for n, (f, _) in finals.items() if f >= 0.999 * full),
+               key=lambda n: finals[n][1])
+    curve, smooth = curves[best], curves[best].smoothed(window)
     target = smooth[-1]
     base_to = (first_reach(curve.flops, smooth, target), first_reach(curve.wall, smooth, target))
-    rows = [summarize(n, levels[n], records[n], target, base_to, window, (curve.flops, smooth))
-            for n in configs]
-    for row in rows:
-        row["target_val_loss"] = target
-    return rows
+    envelope = lower_envelope(list(finals.values()))
+    rows = []
+    for n, cfg in configs.items():
+        row = summarize(n, levels[n], records[n], target, base_to, window,
+                        (curve.flops, smooth))
+        row.update(target_val_loss=target, peak_lr=cfg["phases"][0]["lr"],
+                   decay=cfg.get("train", {}).get("decay", "linear"),
+                   schedule_span=cfg.get("schedule", {}).get("span", "phase"))
+        need = frontier_flops(envelope, row["final_val_loss_smoothed"])
+        row["frontier_flops"] = need
+        row["saving_frontier"] = None if need is None else 1.0 - row["flops_total"] / need
+        rows.append(row)
+    return {"target": best, "target_val_loss": target, "frontier": envelope,
+            "baselines": [r for r in rows if r["levels"] == 1],
+            "grid_edge": _grid_edge(rows, best), "runs": rows}
 
 
-def plot(configs: dict[str, dict[str, Any]], rows: list[dict[str, Any]], png: Path,
+def _grid_edge(rows: list[dict[str, Any]], best: str) -> str | None:
+    """Whether the target's lr sits at an edge of its schedule's lr grid (then the grid
+    must be extended before the target is trusted); None if it is inside."""
+    by_name = {r["name"]: r for r in rows}
+    b = by_name[best]
+    grid = sorted({r["peak_lr"] for r in rows if r["levels"] == 1 and r["decay"] == b["decay"]
+                   and r["flops_total"] == b["flops_total"]})
+    if len(grid) < 3:
+        return f"{b['decay']}: only {len(grid)} lr values at the full budget"
+    if b["peak_lr"] in (grid[0], grid[-1]):
+        return f"{b['decay']}: best lr {b['peak_lr']:g} is at the edge of {grid}"
+    return None
+
+
+def plot(configs: dict[str, dict[str, Any]], result: dict[str, Any], png: Path,
          title: str) -> None:
+    """Validation loss against FLOPs: baselines thin and grey (the target in black), the
+    frontier as a dashed line through its points, every V-cycle in colour."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    levels = {r["name"]: r["levels"] for r in result["runs"]}
+    fig, ax = plt.subplots(figsize=(9, 5.5))
     for name, cfg in configs.items():
         c = eval_curve(read_metrics(RunDir(cfg["run_dir"]).metrics))
-        ax.plot(c.flops, c.val, marker=".", label=name)
-    ax.axhline(rows[0]["target_val_loss"], color="grey", ls="--", lw=0.8, label="target")
+        if levels[name] > 1:
+            ax.plot(c.flops, c.val, lw=1.2, label=name)
+        elif name == result["target"]:
+            ax.plot(c.flops, c.val, color="black", lw=1.4, label=f"{name} (target)")
+        else:
+            ax.plot(c.flops, c.val, color="0.75", lw=0.7)
+    front = result["frontier"]
+    ax.plot([f for f, _ in front], [v for _, v in front], "k--o", ms=3, lw=1,
+            label="baseline frontier")
+    ax.axhline(result["target_val_loss"], color="grey", ls=":", lw=0.8)
+    low = min(v for _, v in front)
+    ax.set_ylim(low - 0.15, low + 1.2)
     ax.set_xlabel("cumulative training FLOPs")
     ax.set_ylabel("validation loss")
     ax.set_title(title)
-    ax.legend()
+    ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, png, dpi=120)
 
@@ -57,19 +112,19 @@ def _fmt(x: float | None, spec: str, missing: str = "n/a") -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     """A fixed-width text table for the terminal."""
     f = _fmt
-    lines = [f"{'run':<15} {'levels':>6} {'val loss':>9} {'FLOPs':>10} {'FLOPs→tgt':>10} "
-             f"{'saving':>7} {'wall→tgt':>9} {'saving':>7} {'trans s':>8} {'step s':>7}"]
+    lines = [f"{'run':<28} {'levels':>6} {'val loss':>9} {'FLOPs':>10} {'FLOPs→tgt':>11} "
+             f"{'saved(a)':>8} {'saved(b)':>8} {'wall→tgt':>9} {'trans s':>8} {'step s':>7}"]
     for r in rows:
         lines.append(
-            f"{r['name']:<15} {r['levels']:>6} {f(r['final_val_loss'], '.4f'):>9} "
-            f"{r['flops_total']:>10.3e} {f(r['flops_to_target'], '.3e', 'not reached'):>10} "
-            f"{f(r['saving_flops'], '+.1%'):>7} {f(r['wall_to_target'], '.0f'):>9} "
-            f"{f(r['saving_wall'], '+.1%'):>7} {f(sum(r['transition_seconds']), '.1f'):>8} "
+            f"{r['name']:<28} {r['levels']:>6} {f(r['final_val_loss'], '.4f'):>9} "
+            f"{r['flops_total']:>10.3e} {f(r['flops_to_target'], '.3e', 'not reached'):>11} "
+            f"{f(r['saving_flops'], '+.1%'):>8} {f(r['saving_frontier'], '+.1%'):>8} "
+            f"{f(r['wall_to_target'], '.0f'):>9} {f(sum(r['transition_seconds']), '.1f'):>8} "
             f"{f(r['median_step_seconds'], '.3f'):>7}")
         if r.get("final_val_top1") is not None:
-            lines.append(f"{'':<15} top-1 accuracy at the end: {r['final_val_top1']:.3f}")
+            lines.append(f"{'':<28} top-1 accuracy at the end: {r['final_val_top1']:.3f}")
         for j in r["transition_jump"]:
-            lines.append(f"{'':<15} up {j['from_level']}→{j['to_level']} at step {j['step']}: "
+            lines.append(f"{'':<28} up {j['from_level']}→{j['to_level']} at step {j['step']}: "
                          f"before {f(j['before'], '.4f')}, after {f(j['after'], '.4f')} "
                          f"({f(j['jump'], '+.4f')}), 150 steps later "
                          f"{f(j['after_150'], '.4f')} ({f(j['jump_150'], '+.4f')})")
@@ -81,14 +136,16 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     def f(x, spec):
         return _fmt(x, spec, "not reached")
 
-    out = ["| run | levels | final val loss | FLOPs | Δ at equal FLOPs | FLOPs to target | "
-           "FLOPs saved | wall saved | up-jump: right after / +150 steps |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = ["| run | levels | peak lr | final val loss (smoothed) | FLOPs | Δ at equal FLOPs | "
+           "FLOPs to target | saved (a): to the target | saved (b): on the frontier | "
+           "up-jump: right after / +150 steps |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         jumps = "; ".join(f"{f(j['jump'], '+.3f')} / {f(j['jump_150'], '+.3f')}"
                           for j in r["transition_jump"]) or "–"
         gap = "–" if r.get("gap_at_equal_flops") is None else f"{r['gap_at_equal_flops']:+.3f}"
-        out.append(f"| {r['name']} | {r['levels']} | {f(r['final_val_loss'], '.4f')} | "
-                   f"{r['flops_total']:.3g} | {gap} | {f(r['flops_to_target'], '.3g')} | "
-                   f"{f(r['saving_flops'], '+.1%')} | {f(r['saving_wall'], '+.1%')} | {jumps} |")
+        out.append(f"| {r['name']} | {r['levels']} | {r['peak_lr']:g} | "
+                   f"{f(r['final_val_loss_smoothed'], '.4f')} | {r['flops_total']:.3g} | {gap} | "
+                   f"{f(r['flops_to_target'], '.3g')} | {f(r['saving_flops'], '+.1%')} | "
+                   f"{_fmt(r['saving_frontier'], '+.1%', 'below the frontier')} | {jumps} |")
     return "\n".join(out)

@@ -4,7 +4,10 @@ the transitions check (a tiny model cycled down and up under ZeRO-3, memory per 
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,52 +17,114 @@ from mlsys.atomic import write_json, write_text
 from mlsys.bench.profile import load_profile, run_configs
 from mlsys.bench.report import compare, markdown, plot, table
 from mlsys.config import parse_run_config
-from mlsys.dist.spawn import run_ranks
+from mlsys.dist.spawn import start_ranks, wait_ranks
 from mlsys.train.checkpoint import fork_run
 from mlsys.train.metrics import read_metrics
 from mlsys.train.rundir import RunDir
 
 
-def train(cfg: dict[str, Any], ds_config: str, ranks: int, out: Path, root: Path) -> None:
-    """Train one run to completion. A run with ``fork: {from: NAME, step: S}`` starts from run
-    NAME's checkpoint at global step S (NAME must keep it: ``train.checkpoint_every``) and
-    trains on with its own config: runs that differ only after that share it exactly."""
+def _same_config(cfg: dict[str, Any], run: RunDir) -> bool:
+    """True if ``run`` was started with exactly this run config (so it may be resumed)."""
+    if not run.run_config.is_file():
+        return False
+    dumped = json.loads(json.dumps(parse_run_config(cfg, source=cfg["name"]).model_dump()))
+    return dumped == json.loads(run.run_config.read_text())
+
+
+def start(cfg: dict[str, Any], ds_config: str, ranks: int, out: Path, root: Path,
+          threads: int | None = None, log: Path | None = None) -> list[subprocess.Popen] | None:
+    """Start one run's ranks (None: it already finished with this config). A run started
+    earlier with the same config resumes where it stopped; otherwise it starts over. A run
+    with ``fork: {from: NAME, step: S}`` starts from run NAME's checkpoint at global step S
+    (NAME must keep it: ``train.checkpoint_every``) and trains on with its own config: runs
+    that differ only after that share it exactly."""
     cfg = dict(cfg)
     fork = cfg.pop("fork", None)
-    parse_run_config(cfg, source=cfg["name"])  # fail before starting anything
+    run = RunDir(cfg["run_dir"])
+    same = _same_config(cfg, run)  # also fails early on a bad config
+    if same and run.is_done():
+        return None
     path = write_text(out / f"{cfg['name']}.yaml", yaml.safe_dump(cfg, sort_keys=False))
-    if fork:
-        tag = fork_run(out / fork["from"], cfg["run_dir"], int(fork["step"]))
-        print(f"   forked from {fork['from']} at {tag}", flush=True)
-    start = [] if fork else ["--fresh"]
+    if fork and not same:
+        tag = fork_run(out / fork["from"], run.root, int(fork["step"]))
+        print(f"   {cfg['name']}: forked from {fork['from']} at {tag}", flush=True)
+    args = ["--config", str(path), "--ds_config", ds_config]
+    if not fork and not same:
+        args.append("--fresh")
+    if log is not None:
+        args.append("--no-progress")
     env = dict(os.environ, DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"))
-    code = run_ranks("launch.train", ["--config", str(path), "--ds_config", ds_config, *start],
-                     ranks, env=env, cwd=str(root))
-    if code:
-        raise RuntimeError(f"{cfg['name']}: training exited with {code}")
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    stream = open(log, "a") if log is not None else None
+    return start_ranks("launch.train", args, ranks, env=env, cwd=str(root), stdout=stream,
+                       stderr=subprocess.STDOUT if stream else None)
+
+
+def train(cfg: dict[str, Any], ds_config: str, ranks: int, out: Path, root: Path) -> None:
+    """Train one run to completion (see ``start``)."""
+    procs = start(cfg, ds_config, ranks, out, root)
+    if procs is not None and wait_ranks(procs):
+        raise RuntimeError(f"{cfg['name']}: training exited non-zero")
+
+
+def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, out: Path,
+              root: Path, jobs: int) -> None:
+    """Train ``configs`` in order, ``jobs`` at a time (one thread per rank when ``jobs`` > 1,
+    output to ``<out>/<name>.log``); a fork waits for its source."""
+    if jobs <= 1:
+        for cfg in configs.values():
+            print(f"== {cfg['name']}", flush=True)
+            train(cfg, ds_config, ranks, out, root)
+        return
+    pending, running, finished = list(configs), {}, set()
+    while pending or running:
+        for name in list(pending):
+            if len(running) >= jobs:
+                break
+            source = configs[name].get("fork", {}).get("from")
+            if source in configs and source not in finished:
+                continue
+            pending.remove(name)
+            print(f"== {configs[name]['name']} (log: {out / (name + '.log')})", flush=True)
+            procs = start(configs[name], ds_config, ranks, out, root, threads=1,
+                          log=out / f"{name}.log")
+            if procs is None:
+                finished.add(name)
+            else:
+                running[name] = procs
+        time.sleep(2)
+        for name, procs in list(running.items()):
+            if all(p.poll() is not None for p in procs):
+                del running[name]
+                if any(p.returncode for p in procs):
+                    for others in running.values():
+                        for p in others:
+                            p.terminate()
+                    raise RuntimeError(f"{name}: training exited non-zero (see {name}.log)")
+                finished.add(name)
+                print(f"   {name}: done", flush=True)
 
 
 def benchmark(profile_name: str, family: str, out: Path, root: Path, runs: list[str] | None,
-              scale: float = 1.0, analyse_only: bool = False) -> dict[str, Any]:
+              scale: float = 1.0, analyse_only: bool = False, jobs: int = 1) -> dict[str, Any]:
     """Train the profile's runs for ``family`` (only ``runs`` if given), then analyse every
     finished one: ``results.json``, ``val_loss_vs_flops.png`` and the tables, printed."""
     profile = load_profile(profile_name, root)
     out.mkdir(parents=True, exist_ok=True)
     configs = run_configs(profile, family, out, scale)
     if not analyse_only:
-        for name, cfg in configs.items():
-            if runs and name not in runs:
-                continue
-            print(f"== {cfg['name']}", flush=True)
-            train(cfg, profile.ds_config, profile.ranks, out, root)
+        chosen = {n: c for n, c in configs.items() if not runs or n in runs}
+        train_all(chosen, profile.ds_config, profile.ranks, out, root, jobs)
     configs = {n: c for n, c in configs.items() if RunDir(c["run_dir"]).is_done()}
-    rows = compare(configs, profile.window)
     result = {"family": family, "profile": profile_name, "ranks": profile.ranks,
-              "ds_config": profile.ds_config, "runs": rows}
+              "ds_config": profile.ds_config, **compare(configs, profile.window)}
     write_json(out / "results.json", result)
-    plot(configs, rows, out / "val_loss_vs_flops.png", f"{profile_name} / {family}")
-    print(table(rows))
-    print(markdown(rows))
+    plot(configs, result, out / "val_loss_vs_flops.png", f"{profile_name} / {family}")
+    print(table(result["runs"]))
+    print(markdown(result["runs"]))
+    print(f"target: {result['target']} ({result['target_val_loss']:.4f})"
+          + (f"; WARNING {result['grid_edge']}" if result["grid_edge"] else ""))
     print(f"wrote {out / 'results.json'} and {out / 'val_loss_vs_flops.png'}")
     return result
 

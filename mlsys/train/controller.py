@@ -39,6 +39,7 @@ from mlsys.train.metrics import MetricsLog, plot_val_loss, read_metrics
 from mlsys.train.progress import Progress
 from mlsys.train.resume import open_run
 from mlsys.train.rundir import RunDir
+from mlsys.train.schedule import phase_schedule
 from mlsys.train.state import ControllerState
 from mlsys.train.step import train_step
 from mlsys.vcycle import transition
@@ -71,7 +72,7 @@ class Controller:
     def _prepare(self) -> None:
         """Data, the config and step FLOPs of every level, the metrics log, the configs."""
         cfg, g = self.cfg, self.cfg.train.global_batch_size
-        self.data = build_run_data(cfg, cfg.total_steps * g, cfg.train.eval_batches * g)
+        self.data = build_run_data(cfg, cfg.train_samples, cfg.train.eval_batches * g)
         level1 = hf_config(cfg.model, self.data.vocab_size)
         self.configs = {lv: level_config(level1, lv, cfg.vcycle)
                         for lv in sorted({p.level for p in cfg.phases})}
@@ -98,9 +99,8 @@ class Controller:
         self._record("resume", tag=tag)
 
     def _new_engine(self, model: torch.nn.Module, phase: int) -> None:
-        steps, warmup = self.cfg.phase_steps(phase)
         self.engine = build_engine(model, self.ds_config, self.cfg.train,
-                                   self.cfg.phases[phase].lr, steps, warmup)
+                                   self.cfg.phases[phase].lr, phase_schedule(self.cfg, phase))
 
     def _destroy_engine(self) -> None:
         if self.engine is not None:
@@ -174,7 +174,7 @@ class Controller:
             s.saved[src] = str(path)
         else:
             seed = self.cfg.train.seed
-            model = transition.up(old.module, self.configs[dst], s.saved[dst], v, seed=seed,
+            model = transition.up(old.module, self.configs[dst], s.saved.get(dst), v, seed=seed,
                                   noise_seed=seed + s.phase)
         if v.optimizer == "reset":
             self._destroy_engine()

@@ -1,14 +1,12 @@
-"""One DeepSpeed engine per phase: built with AdamW and the phase's LR schedule, destroyed whole.
-
-The schedule is linear warmup to the phase's lr over ``warmup`` steps (first step at
-lr/warmup), then ``decay`` (linear, cosine or constant) to ``min_lr_ratio * lr`` at the
-phase's last step. Biases and norm weights (1-D parameters) get no weight decay.
-``destroy_engine`` frees an engine for good, working around what DeepSpeed keeps behind.
+"""One DeepSpeed engine per phase: built with AdamW and the phase's LR schedule
+(``mlsys.train.schedule``), destroyed whole. Biases and norm weights (1-D parameters) get no
+weight decay. ``destroy_engine`` frees an engine for good, working around what DeepSpeed
+keeps behind.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from typing import Any
 
 import deepspeed
@@ -21,30 +19,18 @@ from mlsys.dist.zero import full_shape
 from mlsys.train.memory import release_free_memory
 
 
-def lr_factor(step: int, steps: int, warmup: int, decay: str, min_ratio: float) -> float:
-    """Multiplier of the phase lr at 0-based ``step`` of a phase of ``steps`` steps (pure)."""
-    if step < warmup:
-        return (step + 1) / warmup
-    if decay == "constant":
-        return 1.0
-    span = max(1, steps - warmup - 1)
-    progress = min(1.0, (step - warmup) / span)
-    shape = 1.0 - progress if decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
-    return min_ratio + (1.0 - min_ratio) * shape
-
-
 def build_engine(model: torch.nn.Module, ds_config: dict[str, Any], train: TrainConfig,
-                 lr: float, steps: int, warmup: int) -> Any:
-    """A fresh ``deepspeed.initialize`` engine training ``model`` for one phase."""
+                 lr: float, schedule: Callable[[int], float]) -> Any:
+    """A fresh ``deepspeed.initialize`` engine training ``model`` for one phase: AdamW at peak
+    ``lr`` times ``schedule(step)``."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if len(full_shape(p)) >= 2],
                "weight_decay": train.weight_decay},
               {"params": [p for p in params if len(full_shape(p)) < 2], "weight_decay": 0.0}]
     optimizer = torch.optim.AdamW(groups, lr=lr, betas=train.betas, eps=train.eps)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s, steps, warmup, train.decay, train.min_lr_ratio))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
-                                           lr_scheduler=schedule, config=ds_config,
+                                           lr_scheduler=scheduler, config=ds_config,
                                            dist_init_required=False)
     return engine
 

@@ -51,14 +51,16 @@ class MetricsLog:
 
 def truncate_after(path: str | Path, step: int, phase: int | None = None) -> int:
     """Drop records logged after global step ``step`` (and, given ``phase``, those of a later
-    phase at that step: the transition of a checkpoint taken before it); what a resumed run
-    will redo. Returns how many were dropped. Atomic (temp file, rename)."""
+    phase at that step: the transition of a checkpoint taken before it) and any ``end``
+    record (a run forked from a finished one goes on): what a resumed run will redo. Returns
+    how many were dropped. Atomic (temp file, rename)."""
     path = Path(path)
     if not path.exists():
         return 0
     records = read_metrics(path)
     last = (step, float("inf") if phase is None else phase)
-    keep = [r for r in records if (r.get("step", 0), r.get("phase", 0)) <= last]
+    keep = [r for r in records if (r.get("step", 0), r.get("phase", 0)) <= last
+            and r.get("event") != "end"]  # a resumed run ends anew
     write_text(path, "".join(json.dumps(r) + "\n" for r in keep))
     return len(records) - len(keep)
 

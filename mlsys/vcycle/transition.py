@@ -3,7 +3,8 @@
 - ``down`` (level a → a+1): save the level-a weights (fp32 masters, one safetensors file) for
   the later interpolation, and ``coalesce`` the model.
 - ``up`` (level a → a-1): ``decoalesce`` to the level a-1 config, add ``vcycle.noise``, then
-  combine with the saved level a-1 weights: ``vcycle.interpolation: all`` is the paper's
+  (unless the run started below that level: ``vcycle.growth``) combine with the saved level
+  a-1 weights: ``vcycle.interpolation: all`` is the paper's
   ``interpolate(saved, decoalesced, alpha)``; ``width`` / ``detail`` instead add ``1 - alpha`` of
   the saved model's width detail / width and depth detail to the de-coalesced model
   (``mlsys.vcycle.symmetry.add_detail``).
@@ -37,14 +38,17 @@ def down(model: nn.Module, v: VCycleConfig, saved_path: str | Path) -> nn.Module
                     depth_mapping=v.depth_mapping)
 
 
-def up(model: nn.Module, target: PretrainedConfig, saved_path: str | Path, v: VCycleConfig,
-       seed: int, noise_seed: int) -> nn.Module:
+def up(model: nn.Module, target: PretrainedConfig, saved_path: str | Path | None,
+       v: VCycleConfig, seed: int, noise_seed: int) -> nn.Module:
     """The model of ``target``'s level, from the smaller ``model`` and the weights that level
-    had on the way down (``saved_path``); a new model. ``seed`` initialises the model the
-    saved weights are loaded into (every parameter is then overwritten); ``noise_seed`` draws
-    ``vcycle.noise``."""
+    had on the way down (``saved_path``; None in growth mode, where the level was never
+    trained: the de-coalesced model is used as it is); a new model. ``seed`` initialises the
+    model the saved weights are loaded into (every parameter is then overwritten);
+    ``noise_seed`` draws ``vcycle.noise``."""
     large = decoalesce(model, target, scheme=v.scheme, depth_mapping=v.depth_mapping)
     add_relative_noise(large, v.noise, seed=noise_seed)
+    if saved_path is None:
+        return large
     saved = build_model(target, seed)
     load_weights(saved, saved_path)
     if v.interpolation == "all":

@@ -30,10 +30,7 @@ test-slurm: install
 	bash launch/slurm/local_cluster.sh install
 	for f in launch/slurm/*.sbatch launch/slurm/*.sh; do bash -n "$$f" || exit 1; done
 	shellcheck launch/slurm/*.sbatch launch/slurm/*.sh
-	# A failed case is run once more (--lf): the requeue cases race slurmctld's requeue now
-	# and then (seen once in 3 clean-clone runs); a second failure fails the target.
-	MLSYS_TEST_SLURM=1 $(BIN)/python -m pytest -q tests/slurm || \
-		MLSYS_TEST_SLURM=1 $(BIN)/python -m pytest -q --lf tests/slurm
+	MLSYS_TEST_SLURM=1 $(BIN)/python -m pytest -q tests/slurm
 
 demo: install
 	$(BIN)/python -m launch.demo

@@ -59,6 +59,10 @@ SlurmctldHost=${node}(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+# A requeued job waits cred_expire + 1 s before it may start again (default 120 s): the node
+# revoked the job's old credential, and slurmd rejects a new one for the same job id created
+# within the revocation's second ("Job credential revoked"). 5 s keeps that guard, shortened.
+AuthInfo=cred_expire=5
 CredType=cred/munge
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
@@ -66,6 +70,8 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
+# A requeued job becomes eligible after cred_expire + 1 s; look for work every 2 s, not 30.
+SchedulerParameters=bf_interval=2
 GresTypes=gpu
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none

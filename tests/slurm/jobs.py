@@ -38,17 +38,16 @@ def wait_for(what: str, cond: Callable[[], bool], timeout: float, log: Path | No
 
 
 def wait_done(job: int, env: dict[str, str], timeout: float, log: Path) -> dict[str, str]:
-    """Wait until the job leaves the queue for good (a pending requeue is started at once,
-    skipping SLURM's requeue delay); its final scontrol record."""
+    """Wait until the job leaves the queue for good; its final scontrol record. A requeued job
+    starts again by SLURM's own rules: eligible cred_expire + 1 s after the requeue (the local
+    cluster sets 5 s). Forcing it earlier (``scontrol update StartTime=now``) can start it in
+    the second its old credential was revoked, and slurmd then refuses it."""
     final = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
     info: dict[str, str] = {}
 
     def done() -> bool:
         nonlocal info
         info = job_info(job, env)
-        if info["JobState"] == "PENDING" and info.get("Reason") == "BeginTime":
-            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env,
-                           capture_output=True)
         return info["JobState"] in final
 
     wait_for(f"job {job} to finish", done, timeout, log, poll=0.5)

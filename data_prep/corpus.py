@@ -21,6 +21,8 @@ import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
+from data_prep.stale import remove_stale_temps
+
 KINDS = ("prose", "code")
 _RULE = re.compile(r"^[\W_]*$")
 
@@ -117,6 +119,7 @@ def corpus_path(out_dir: str, kind: str) -> str:
 def write_corpus(out_dir: str, kind: str = "prose", limit: int | None = None) -> dict:
     """Write ``out_dir/stdlib_<kind>.jsonl`` (temporary name, renamed when complete)."""
     os.makedirs(out_dir, exist_ok=True)
+    remove_stale_temps(out_dir)
     path = corpus_path(out_dir, kind)
     tmp = f"{path}.tmp-{os.getpid()}"
     docs = chars = 0

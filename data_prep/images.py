@@ -25,6 +25,7 @@ import numpy as np
 
 from data_prep.indexed import IncompleteDataset, manifest_path, write_json_atomic
 from data_prep.inputs import Problem, ProblemLog
+from data_prep.stale import remove_stale_temps
 
 FORMAT = "mlsys-images-1"
 Items = Iterator[tuple[np.ndarray, int] | Problem]
@@ -143,6 +144,7 @@ def write_image_shards(items: Items, out_prefix: str, classes: list[str], size: 
                        source: str = "", progress: bool = False) -> dict:
     """Write ``items`` ((uint8 S×S×3, label) or Problem) as shards + manifest; the manifest."""
     os.makedirs(os.path.dirname(out_prefix) or ".", exist_ok=True)
+    remove_stale_temps(os.path.dirname(out_prefix) or ".")
     old = manifest_path(out_prefix)
     if os.path.exists(old):
         os.unlink(old)  # the prefix is incomplete until the new manifest is written

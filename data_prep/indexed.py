@@ -22,6 +22,8 @@ import struct
 
 import numpy as np
 
+from data_prep.stale import remove_stale_temps
+
 INDEX_HEADER = b"MMIDIDX\x00\x00"
 DTYPE_CODES = {np.dtype(t): c for t, c in [
     (np.uint8, 1), (np.int8, 2), (np.int16, 3), (np.int32, 4), (np.int64, 5),
@@ -65,6 +67,7 @@ class IndexedWriter:
         tag = f".tmp-{os.getpid()}"
         self.tmp = {ext: f"{prefix}.{ext}{tag}" for ext in ("bin", "idx", "lens", "docs")}
         os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+        remove_stale_temps(os.path.dirname(os.path.abspath(prefix)))
         self._bin = open(self.tmp["bin"], "wb")
         self._lens = open(self.tmp["lens"], "wb")
         self._docs = open(self.tmp["docs"], "wb")

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 from data_prep.indexed import write_json_atomic
 from data_prep.inputs import Problem, ProblemLog, expand_inputs, iter_documents, parse_record
+from data_prep.stale import remove_stale_temps
 
 META_FILE = "tokenizer_meta.json"
 MODEL_FILE = "spm.model"
@@ -82,6 +83,7 @@ def train_tokenizer(inputs: list[str], vocab_size: int, out_dir: str, model_type
     )
     sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
     tmp = f"{out_dir.rstrip('/')}.tmp-{os.getpid()}"
+    remove_stale_temps(os.path.dirname(os.path.abspath(out_dir.rstrip('/'))))
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     try:

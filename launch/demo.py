@@ -30,11 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
-    if cfg.data.tokenizer_dir is None:  # once here, not racing in the ranks
-        from data_prep.default import prepare_default
+    from mlsys.data.run_data import prepare_default_data
 
-        print(f"preparing the default corpus under {cfg.data.prepare_dir} (once) ...", flush=True)
-        prepare_default(cfg.data.prepare_dir, cfg.kind, vocab_size=cfg.data.prepare_vocab_size)
+    print(f"preparing the default data under {cfg.data.prepare_dir} (once) ...", flush=True)
+    prepare_default_data(cfg)  # once here, not racing in the ranks
     from mlsys.dist.spawn import run_ranks
     from mlsys.train.rundir import RunDir
 

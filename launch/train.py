@@ -8,7 +8,8 @@ before anything else (exit 2, message naming file and field), picks the CPU acce
 gloo when no GPU is present, maps SLURM's variables to torch.distributed's, then runs
 ``mlsys.train.controller.run_training``. Resumes at the newest checkpoint by default; ``--resume``
 insists on one, ``--fresh`` discards an earlier run's outputs. SIGTERM / SIGUSR1 checkpoint and
-exit 0.
+exit 0. Exit 2: a bad config; 3: a non-finite loss or gradient, or a checkpoint that could not be
+written (the message says which and what is still there).
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     import deepspeed
 
     from mlsys.dist.preempt import StopFlag
+    from mlsys.train.checkpoint import CheckpointError
     from mlsys.train.controller import run_training
+    from mlsys.train.step import NonFiniteError
 
     stop = StopFlag().install()
     if "RANK" not in os.environ:  # a single process without a launcher
@@ -88,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     deepspeed.init_distributed(dist_backend=backend)
     resume: bool | str = True if args.resume else (False if args.fresh else "auto")
-    result = run_training(cfg, ds, resume=resume, stop=stop, progress=not args.no_progress)
+    try:
+        result = run_training(cfg, ds, resume=resume, stop=stop, progress=not args.no_progress)
+    except (NonFiniteError, CheckpointError) as err:  # a clear message, no traceback
+        print(f"{cfg.name}: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        return 3
     if int(os.environ["RANK"]) == 0:
         print(f"{cfg.name}: {result['status']}" + (
             f", val loss {result['val_loss']:.4f}, final model in {result['final_dir']}"

@@ -17,6 +17,7 @@ from mlsys.atomic import write_json, write_text
 from mlsys.bench.profile import load_profile, run_configs
 from mlsys.bench.report import compare, markdown, plot, table
 from mlsys.config import parse_run_config
+from mlsys.data.run_data import prepare_default_data
 from mlsys.dist.spawn import start_ranks, wait_ranks
 from mlsys.train.checkpoint import fork_run
 from mlsys.train.metrics import read_metrics
@@ -77,6 +78,8 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
             print(f"== {cfg['name']}", flush=True)
             train(cfg, ds_config, ranks, out, root)
         return
+    first = next(iter(configs.values()))  # the default data, once, before runs race for it
+    prepare_default_data(parse_run_config({k: v for k, v in first.items() if k != "fork"}))
     pending, running, finished = list(configs), {}, set()
     while pending or running:
         for name in list(pending):

@@ -30,16 +30,28 @@ class RunData:
     collate: Callable[[list[Any]], dict]
 
 
-def data_paths(cfg: RunConfig) -> tuple[str, str]:
-    """(tokenizer_dir, data_prefix), preparing the default corpus on rank 0 if needed."""
+def prepare_default_data(cfg: RunConfig) -> dict[str, str]:
+    """Build (or reuse; idempotent) the embedded default data the config asks for, in this
+    process: ``{"tokenizer_dir", "data_prefix"}`` (no tokenizer for images). Call it once
+    before starting several runs that share ``data.prepare_dir``."""
     d = cfg.data
+    if cfg.kind == "vision":
+        if d.data_prefix is not None:
+            return {"data_prefix": d.data_prefix}
+        out = prepare_default_images(d.prepare_dir, cfg.model.extra["image_size"])
+        return {"data_prefix": str(out["data_prefix"])}
     if d.tokenizer_dir is not None and d.data_prefix is not None:
-        return d.tokenizer_dir, d.data_prefix
-    if rank() == 0:
-        prepare_default(d.prepare_dir, cfg.kind, vocab_size=d.prepare_vocab_size)
-    barrier()
+        return {"tokenizer_dir": d.tokenizer_dir, "data_prefix": d.data_prefix}
     out = prepare_default(d.prepare_dir, cfg.kind, vocab_size=d.prepare_vocab_size)
-    return str(out["tokenizer_dir"]), str(out["data_prefix"])
+    return {"tokenizer_dir": str(out["tokenizer_dir"]), "data_prefix": str(out["data_prefix"])}
+
+
+def data_paths(cfg: RunConfig) -> dict[str, str]:
+    """``prepare_default_data`` on rank 0 first, then on every rank (which then only reads)."""
+    if rank() == 0:
+        prepare_default_data(cfg)
+    barrier()
+    return prepare_default_data(cfg)
 
 
 def tokenizer_vocab_size(tokenizer: Any) -> int:
@@ -56,7 +68,8 @@ def build_run_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> Ru
 
 
 def _text_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunData:
-    tokenizer_dir, prefix = data_paths(cfg)
+    paths = data_paths(cfg)
+    tokenizer_dir, prefix = paths["tokenizer_dir"], paths["data_prefix"]
     cache = cfg.data.cache_dir or str(Path(cfg.out_dir) / "data_cache")
     train, valid, _ = build_datasets(cfg.kind, prefix, tokenizer_dir, cfg.data.seq_length,
                                      cfg.train.seed, num_samples=(train_samples, valid_samples, 0),
@@ -68,12 +81,7 @@ def _text_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunDat
 
 def _image_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunData:
     d, size = cfg.data, cfg.model.extra["image_size"]
-    prefix = d.data_prefix
-    if prefix is None:
-        if rank() == 0:
-            prepare_default_images(d.prepare_dir, size)
-        barrier()
-        prefix = prepare_default_images(d.prepare_dir, size)["data_prefix"]
+    prefix = data_paths(cfg)["data_prefix"]
     train, valid = build_image_datasets(prefix, cfg.train.seed, size, split=d.split,
                                         num_samples=(train_samples, valid_samples))
     return RunData(train, valid, None, check_images_complete(prefix)["num_classes"],

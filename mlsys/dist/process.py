@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import torch.distributed as dist
+
+T = TypeVar("T")
 
 
 def initialized() -> bool:
@@ -20,6 +25,15 @@ def world_size() -> int:
 def is_main() -> bool:
     """True on rank 0 (and in a single process): the rank that writes shared files."""
     return rank() == 0
+
+
+def from_main(value_on_main: Callable[[], T]) -> T:
+    """``value_on_main()`` computed on rank 0 only and sent to every rank (collective)."""
+    if not initialized():
+        return value_on_main()
+    box = [value_on_main() if rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def barrier() -> None:

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 
 
@@ -34,9 +35,14 @@ def start_ranks(module: str, args: Sequence[str], nproc: int, env: dict[str, str
     return procs
 
 
+GRACE_SECONDS = 10.0  # after a rank fails: SIGTERM to the others, SIGKILL this much later
+
+
 def wait_ranks(procs: list[subprocess.Popen]) -> int:
     """Wait for every rank, forwarding preemption signals; the first non-zero exit code, else 0.
-    If a rank fails, the others are terminated (they would wait on it forever)."""
+    If a rank fails, the others are terminated (they would wait on it forever), and killed if
+    still alive ``GRACE_SECONDS`` later (a rank blocked in a collective may not get to act on
+    SIGTERM): the launcher returns within about that bound after the first failure."""
     def forward(signum: int, frame: object) -> None:
         for p in procs:
             if p.poll() is None:
@@ -45,6 +51,7 @@ def wait_ranks(procs: list[subprocess.Popen]) -> int:
     old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
     try:
         codes: dict[int, int] = {}
+        failed_at: float | None = None
         while len(codes) < len(procs):
             for i, p in enumerate(procs):
                 if i in codes:
@@ -53,10 +60,15 @@ def wait_ranks(procs: list[subprocess.Popen]) -> int:
                     codes[i] = p.wait(timeout=0.5)
                 except subprocess.TimeoutExpired:
                     continue
-                if codes[i] != 0:
+                if codes[i] != 0 and failed_at is None:
+                    failed_at = time.monotonic()
                     for q in procs:
                         if q.poll() is None:
                             q.terminate()
+            if failed_at is not None and time.monotonic() - failed_at > GRACE_SECONDS:
+                for q in procs:
+                    if q.poll() is None:
+                        q.kill()
         return next((c for c in codes.values() if c != 0), 0)
     finally:
         for s, h in old.items():

@@ -2,10 +2,12 @@
 
 ``<run_dir>/checkpoints/<tag>/`` holds DeepSpeed's files (model, optimizer, LR schedule; the
 controller state also goes into DeepSpeed's client state), ``rng/rank<r>.pt`` (each rank's
-torch / numpy / python RNG), and ``controller.json``, written last by rank 0: a tag without it
-is incomplete and ignored. Tags are ``step<global step>-phase<phase>``; the newest complete one
-is what a resume loads. The saved interpolation weights live outside the tags
-(``<run_dir>/vcycle/``), referenced by path from the state.
+torch / numpy / python RNG), ``manifest.json`` (size and SHA-256 of every file, and of the
+saved weights the state refers to) and ``controller.json``, written last by rank 0: a tag
+without it is incomplete and ignored. Tags are ``step<global step>-phase<phase>``; a resume
+loads the newest complete tag whose files match its manifest, reporting any newer damaged
+one. The saved interpolation weights live outside the tags (``<run_dir>/vcycle/``),
+referenced by path from the state.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ import torch
 
 from mlsys.atomic import atomic_path, write_json
 from mlsys.dist.process import barrier, rank
+from mlsys.train.manifest import manifest_problem, relocate_external, write_manifest
 from mlsys.train.rundir import RunDir
 from mlsys.train.state import ControllerState
 
@@ -52,28 +56,55 @@ def complete_tags(root: str | Path) -> list[str]:
     return sorted(tags, key=lambda t: (int(t[4:11]), t))
 
 
-def latest_tag(root: str | Path) -> str | None:
-    tags = complete_tags(root)
-    return tags[-1] if tags else None
+def latest_good_tag(root: str | Path, report: Callable[[str], None] = print) -> str | None:
+    """The newest complete tag whose files match its manifest; each newer damaged tag is
+    reported (tag and file) and skipped."""
+    for tag in reversed(complete_tags(root)):
+        problem = manifest_problem(Path(root) / tag)
+        if problem is None:
+            return tag
+        report(f"checkpoint {tag} is damaged ({problem}); trying the one before it")
+    return None
 
 
 def read_state(root: str | Path, tag: str) -> ControllerState:
     return ControllerState.from_dict(json.loads((Path(root) / tag / STATE_FILE).read_text()))
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written (a full disk, say); its partial files are gone and
+    the previous checkpoint is untouched."""
+
+
 def save_checkpoint(engine: Any, root: str | Path, state: ControllerState, keep: int) -> str:
-    """Save engine + RNG + state under a new tag (collective); keep the newest ``keep`` tags."""
+    """Save engine + RNG + manifest + state under a new tag (collective); keep the newest
+    ``keep`` tags, never pruning when the new one does not check out. On a write error the
+    partial tag is removed and ``CheckpointError`` names the tag, the cause and the
+    checkpoint that is still there."""
     root = Path(root)
     tag = _tag(state)
-    engine.save_checkpoint(str(root), tag=tag, client_state={"controller": asdict(state)},
-                           save_latest=False)
-    rng_dir = root / tag / "rng"
-    rng_dir.mkdir(parents=True, exist_ok=True)
-    torch.save(_rng_state(), rng_dir / f"rank{rank()}.pt")
+    if rank() == 0 and (root / tag).exists():  # a stale tag of this name: the run went back
+        shutil.rmtree(root / tag)
     barrier()
-    if rank() == 0:
-        write_json(root / tag / STATE_FILE, asdict(state))
-        for old in complete_tags(root)[:-keep]:
+    try:
+        engine.save_checkpoint(str(root), tag=tag, client_state={"controller": asdict(state)},
+                               save_latest=False)
+        rng_dir = root / tag / "rng"
+        rng_dir.mkdir(parents=True, exist_ok=True)
+        torch.save(_rng_state(), rng_dir / f"rank{rank()}.pt")
+        barrier()
+        if rank() == 0:
+            write_manifest(root / tag, extra=state.saved.values(), exclude=[STATE_FILE])
+            write_json(root / tag / STATE_FILE, asdict(state))
+    except (OSError, RuntimeError) as err:
+        shutil.rmtree(root / tag, ignore_errors=True)
+        previous = [t for t in complete_tags(root) if t != tag]
+        raise CheckpointError(
+            f"checkpoint {tag} could not be written under {root}: {err}. Its partial files "
+            f"were removed; the newest checkpoint is still {previous[-1] if previous else 'none'}"
+            ". Free space and run the same command to resume.") from err
+    if rank() == 0 and manifest_problem(root / tag, checksums=False) is None:
+        for old in complete_tags(root)[:-keep]:  # never prune when the new tag is bad
             shutil.rmtree(root / old, ignore_errors=True)
     barrier()
     return tag
@@ -111,7 +142,8 @@ def fork_run(source_dir: str | Path, target_dir: str | Path, step: int) -> str:
             shutil.copytree(src.vcycle, tmp.vcycle)
         shutil.copy2(src.metrics, tmp.metrics)
         state = read_state(tmp.checkpoints, tag)
-        state.saved = {level: str(dst.vcycle / Path(path).name)
-                       for level, path in state.saved.items()}
+        moved = {path: str(dst.vcycle / Path(path).name) for path in state.saved.values()}
+        state.saved = {level: moved[path] for level, path in state.saved.items()}
         (tmp.checkpoints / tag / STATE_FILE).write_text(json.dumps(asdict(state), indent=1))
+        relocate_external(tmp.checkpoints / tag, moved)
     return tag

@@ -41,7 +41,7 @@ from mlsys.train.resume import open_run
 from mlsys.train.rundir import RunDir
 from mlsys.train.schedule import phase_schedule
 from mlsys.train.state import ControllerState
-from mlsys.train.step import train_step
+from mlsys.train.step import check_finite, grad_norm, train_step
 from mlsys.vcycle import transition
 from mlsys.vcycle.symmetry import DropoutWindow
 
@@ -121,6 +121,9 @@ class Controller:
         idx = eval_indices(n, self.micro, self.world, self.rank)
         metrics = validation_metrics(self.engine, batches(self.data.valid, idx, self.data.collate),
                                      self.cfg.kind, self.device)
+        s = self.state
+        check_finite("the validation loss", metrics["val_loss"], s.global_step, s.phase,
+                     self.cfg.phases[s.phase].level)
         self.last_val = metrics["val_loss"]
         self._record("eval", **metrics, wall=self._wall())
 
@@ -144,6 +147,9 @@ class Controller:
             idx = micro_indices(s.consumed_samples, self.micro, self.world, self.rank, self.accum)
             loss = train_step(self.engine, batches(self.data.train, idx, self.data.collate),
                               self.device)
+            for what, value in (("the training loss", loss),
+                                ("the gradient norm", grad_norm(self.engine))):
+                check_finite(what, value, s.global_step + 1, s.phase, level)
             g = t.global_batch_size
             s.advance(g, g * self.cfg.data.seq_length, self.step_flops[level])
             seconds = time.perf_counter() - t_step

@@ -22,9 +22,19 @@ from mlsys.atomic import atomic_path, write_text
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """All records of a metrics.jsonl file, in order."""
+    """All records of a metrics.jsonl file, in order. A last line cut short (a process killed
+    while writing it) is left out; a bad line anywhere else is an error naming the line."""
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = [(i, line) for i, line in enumerate(f, 1) if line.strip()]
+    records = []
+    for i, line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            if i == lines[-1][0] and not line.endswith("\n"):
+                break
+            raise ValueError(f"{path}:{i}: not a JSON record: {line[:80]!r}") from None
+    return records
 
 
 class MetricsLog:
@@ -40,7 +50,7 @@ class MetricsLog:
 
     def write(self, record: dict[str, Any]) -> None:
         if self._file is not None:
-            self._file.write(json.dumps(record) + "\n")
+            self._file.write(json.dumps(record, allow_nan=False) + "\n")
             self._file.flush()
 
     def close(self) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlsys.dist.process import barrier, is_main
-from mlsys.train.checkpoint import latest_tag, read_state
+from mlsys.dist.process import barrier, from_main, is_main
+from mlsys.train.checkpoint import complete_tags, latest_good_tag, read_state
 from mlsys.train.metrics import truncate_after
 from mlsys.train.rundir import RunDir
 
@@ -19,11 +19,18 @@ class Start:
 
 def start_tag(run: RunDir, resume: bool | str) -> str | None:
     """The checkpoint a run starts from, None for a fresh start: ``resume`` False starts
-    fresh, True insists on a checkpoint, "auto" takes the newest complete one if any."""
-    tag = latest_tag(run.checkpoints)
+    fresh, True insists on a checkpoint, "auto" takes the newest good one if any (complete
+    and matching its manifest; rank 0 checks and reports, every rank gets its answer)."""
+    if resume is False:
+        return None
+    tag = from_main(lambda: latest_good_tag(
+        run.checkpoints, report=lambda msg: print(f"resume: {msg}", flush=True)))
+    if tag is None and complete_tags(run.checkpoints):
+        raise RuntimeError(f"{run.checkpoints}: every checkpoint is damaged (see above); "
+                           "nothing was changed. --fresh starts the run over")
     if resume is True and tag is None:
         raise FileNotFoundError(f"{run.checkpoints}: --resume given but no checkpoint found")
-    return None if resume is False else tag
+    return tag
 
 
 def open_run(run: RunDir, resume: bool | str) -> Start:

@@ -2,6 +2,7 @@
 
     python -m launch.benchmark --profile cpu-small --family bert --out runs/bench/bert
     python -m launch.benchmark --transitions 10 --out runs/bench/transitions
+    python -m launch.benchmark --overhead --ranks 2 --ds_config configs/ds/zero3.json --out ...
 
 A profile (``configs/bench/<profile>.yaml``, schema in ``mlsys/bench/profile.py``) fixes the
 model, data, seed and token order of each family and lists the runs: the baseline (one level)
@@ -10,8 +11,10 @@ processes); the baseline's final validation loss (smoothed over ``window`` evalu
 target, and every run reports the FLOPs and wall seconds it needed to reach it. Writes
 ``results.json``, ``val_loss_vs_flops.png`` and prints a table. ``--transitions N`` instead
 cycles a tiny model down and up N times under ZeRO-3 and reports resident memory after every
-rebuild and seconds per transition. A run already finished with the same config is skipped and
-an interrupted one resumes, so a long sweep may be stopped and started again.
+rebuild and seconds per transition; ``--overhead`` measures the controller's step time against
+a plain DeepSpeed loop (``mlsys/bench/overhead.py``). A run already finished with the same
+config is skipped and an interrupted one resumes, so a long sweep may be stopped and started
+again.
 """
 
 from __future__ import annotations
@@ -37,12 +40,21 @@ def main(argv: list[str] | None = None) -> int:
                    help="runs at a time (one thread per rank each; a fork waits for its source)")
     p.add_argument("--transitions", type=int, default=0,
                    help="instead: cycle a tiny ZeRO-3 model down and up N times")
+    p.add_argument("--overhead", action="store_true",
+                   help="instead: the controller's step time against a plain DeepSpeed loop")
+    p.add_argument("--ranks", type=int, default=1, help="--overhead: ranks")
+    p.add_argument("--ds_config", default="configs/ds/zero1.json", help="--overhead: ZeRO")
+    p.add_argument("--steps", type=int, default=60, help="--overhead: steps a run")
+    p.add_argument("--repeats", type=int, default=3, help="--overhead: A B pairs")
     args = p.parse_args(argv)
+    from mlsys.bench.overhead import measure
     from mlsys.bench.runner import benchmark, transitions_check
     from mlsys.config import ConfigError
 
     try:
-        if args.transitions:
+        if args.overhead:
+            measure(ROOT, Path(args.out), args.ds_config, args.ranks, args.steps, args.repeats)
+        elif args.transitions:
             transitions_check(args.transitions, Path(args.out), ROOT)
         else:
             benchmark(args.profile, args.family, Path(args.out), ROOT, args.runs, args.scale,

@@ -42,6 +42,9 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
       eval_batches: 4               # validation set: this many global batches
       checkpoint_every: 0           # steps; 0: only at transitions, signals and the end
       keep_checkpoints: 2
+      log_every: 1                  # a step record (mean loss since the last) every K steps,
+                                    # and at evaluations, checkpoints and phase ends
+      data_workers: 1               # processes preparing the next micro-batches (0: inline)
     vcycle:
       scheme: stride                # stride | adjacent
       alpha: 0.8                    # interpolation: (1-alpha) * saved + alpha * de-coalesced
@@ -152,6 +155,8 @@ class TrainConfig(_Strict):
     eval_batches: int = Field(default=4, gt=0)
     checkpoint_every: int = Field(default=0, ge=0)
     keep_checkpoints: int = Field(default=2, gt=0)
+    log_every: int = Field(default=1, gt=0)
+    data_workers: int = Field(default=1, ge=0)
 
 
 class VCycleConfig(_Strict):

@@ -23,8 +23,9 @@ from transformers.integrations import HfDeepSpeedConfig
 
 from mlsys.atomic import write_json
 from mlsys.config import RunConfig
+from mlsys.data.loader import StepBatches
 from mlsys.data.run_data import build_run_data
-from mlsys.data.stream import batches, eval_indices, micro_indices
+from mlsys.data.stream import batches, eval_indices
 from mlsys.dist.preempt import StopFlag
 from mlsys.dist.process import barrier, rank, world_size
 from mlsys.dist.weights_io import gather_weights
@@ -41,7 +42,7 @@ from mlsys.train.resume import open_run
 from mlsys.train.rundir import RunDir
 from mlsys.train.schedule import phase_schedule
 from mlsys.train.state import ControllerState
-from mlsys.train.step import check_finite, grad_norm, train_step
+from mlsys.train.step import LossWindow, check_finite, grad_norm, train_step
 from mlsys.vcycle import transition
 from mlsys.vcycle.symmetry import DropoutWindow
 
@@ -135,37 +136,55 @@ class Controller:
         self._record("checkpoint", tag=tag)
 
     def _run_phase(self, bar: Progress) -> bool:
-        """Train the rest of the current phase; False if stopped by a signal."""
+        """Train the rest of the current phase; False if stopped by a signal. The next
+        micro-batches are prepared while a step runs; losses stay on the device until a step
+        record is written (every ``log_every`` steps and before every evaluation, checkpoint
+        and phase end), the one host sync of that interval."""
         s, t, v = self.state, self.cfg.train, self.cfg.vcycle
         steps, _ = self.cfg.phase_steps(s.phase)
         level = self.cfg.phases[s.phase].level
         after_up = s.phase > 0 and self.cfg.phases[s.phase - 1].level > level
         dropout = DropoutWindow(self.engine.module, after_up, v.dropout, v.dropout_steps)
+        data = StepBatches(self.data.train, self.data.collate, s.consumed_samples,
+                           steps - s.step_in_phase, self.micro, self.world, self.rank,
+                           self.accum, t.global_batch_size, t.data_workers)
+        window = LossWindow()
         while s.step_in_phase < steps:
             rate = dropout.at(s.step_in_phase)
-            t_step, lr = time.perf_counter(), float(self.engine.get_lr()[0])
-            idx = micro_indices(s.consumed_samples, self.micro, self.world, self.rank, self.accum)
-            loss = train_step(self.engine, batches(self.data.train, idx, self.data.collate),
-                              self.device)
-            for what, value in (("the training loss", loss),
-                                ("the gradient norm", grad_norm(self.engine))):
-                check_finite(what, value, s.global_step + 1, s.phase, level)
+            lr = float(self.engine.get_lr()[0])  # the scheduler's number: no device sync
+            window.begin()
+            window.add(train_step(self.engine, data.next_step(), self.device), lr)
             g = t.global_batch_size
             s.advance(g, g * self.cfg.data.seq_length, self.step_flops[level])
-            seconds = time.perf_counter() - t_step
-            extra = {} if rate is None else {"dropout": rate}
-            self._record("step", loss=loss, lr=lr, seconds=seconds, wall=self._wall(), **extra)
-            if s.step_in_phase == steps or s.global_step % t.eval_every == 0:
+            evaluate = s.step_in_phase == steps or s.global_step % t.eval_every == 0
+            checkpoint = bool(t.checkpoint_every) and s.global_step % t.checkpoint_every == 0
+            stop = self.stop.poll()
+            if evaluate or checkpoint or stop or s.global_step % t.log_every == 0:
+                loss = self._log_steps(window, level, rate)
+                bar.update(s.global_step, f"phase {s.phase} L{level} loss {loss:.3f} "
+                           f"val {self.last_val or float('nan'):.3f}")
+            if evaluate:
                 self._evaluate()
-            if t.checkpoint_every and s.global_step % t.checkpoint_every == 0:
+            if checkpoint:
                 self._checkpoint()
-            bar.update(s.global_step, f"phase {s.phase} L{level} loss {loss:.3f} "
-                       f"val {self.last_val or float('nan'):.3f}")
-            if self.stop.agreed():
+            if stop:
+                data.close()
                 self._checkpoint()
                 self._record("preempted", signal=self.stop.signal)
                 return False
         return True
+
+    def _log_steps(self, window: LossWindow, level: int, rate: float | None) -> float:
+        """The step record of the steps since the last one (their mean loss), after checking
+        that the loss and the last gradient norm are finite."""
+        s = self.state
+        loss, lr, seconds = window.close()
+        for what, value in (("the training loss", loss), ("the gradient norm",
+                                                           grad_norm(self.engine))):
+            check_finite(what, value, s.global_step, s.phase, level)
+        extra = {} if rate is None else {"dropout": rate}
+        self._record("step", loss=loss, lr=lr, seconds=seconds, wall=self._wall(), **extra)
+        return loss
 
     def _transition(self) -> None:
         """Move to the next phase's level on a new engine (``mlsys.vcycle.transition``). With

@@ -4,6 +4,7 @@ and the guard that stops a run whose loss or gradients stop being finite numbers
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -14,20 +15,59 @@ from mlsys.dist.process import world_size
 
 
 def train_step(engine: Any, micro_batches: Iterable[dict[str, torch.Tensor]],
-               device: torch.device) -> float:
+               device: torch.device) -> torch.Tensor:
     """Forward, backward and ``engine.step()`` per micro-batch (DeepSpeed steps the optimizer
-    at the accumulation boundary); returns the mean micro-batch loss over all ranks."""
-    total = torch.zeros((), dtype=torch.float64)
+    at the accumulation boundary). Returns this rank's mean micro-batch loss as a tensor on
+    the device: nothing here waits for the device (no ``.item()``, no ``.cpu()``)."""
+    total: torch.Tensor | None = None
     count = 0
     for batch in micro_batches:
-        out = engine(**{k: v.to(device) for k, v in batch.items()})
+        out = engine(**{k: v.to(device, non_blocking=True) for k, v in batch.items()})
         engine.backward(out.loss)
         engine.step()
-        total += out.loss.detach().double().cpu()
+        loss = out.loss.detach().float()
+        total = loss if total is None else total + loss
         count += 1
-    if world_size() > 1:
-        dist.all_reduce(total)
-    return float(total) / (count * world_size())
+    assert total is not None, "a step needs at least one micro-batch"
+    return total / count
+
+
+class LossWindow:
+    """The steps since the last step record: their losses summed on the device, their count,
+    the lr of the last one, and the time since the window opened. ``close()`` is the one host
+    sync (and, with several ranks, the one all-reduce) per record."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.total: torch.Tensor | None = None
+        self.steps = 0
+        self.lr = 0.0
+        self.opened = time.perf_counter()
+
+    def begin(self) -> None:
+        """A step starts: the window's clock starts with its first step (evaluations and
+        checkpoints between records are not step time)."""
+        if self.steps == 0:
+            self.opened = time.perf_counter()
+
+    def add(self, loss: torch.Tensor, lr: float) -> None:
+        self.total = loss if self.total is None else self.total + loss
+        self.steps += 1
+        self.lr = lr
+
+    def close(self) -> tuple[float, float, float]:
+        """(mean loss over the window's steps and every rank, lr of its last step, seconds
+        per step); starts the next window."""
+        total = self.total.detach().double().reshape(1)
+        if world_size() > 1:
+            dist.all_reduce(total)
+        mean = float(total.item()) / (self.steps * world_size())
+        seconds = (time.perf_counter() - self.opened) / self.steps
+        lr = self.lr
+        self.reset()
+        return mean, lr, seconds
 
 
 class NonFiniteError(RuntimeError):

@@ -1,0 +1,83 @@
+"""The controller's step time against a plain DeepSpeed loop (``mlsys.bench.plain_loop``) on
+the same model, data, batch and ZeRO stage, alternating A B A B in one invocation so both
+see the same machine. The controller's step time is the wall time between consecutive step
+records (everything it does per step: data, step, stop flag, record, progress); the plain
+loop's is the time of each step. Medians after ``warmup`` steps; the ratio of medians minus 1
+is the overhead."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlsys.atomic import write_json, write_text
+from mlsys.bench.profile import load_profile
+from mlsys.dist.spawn import run_ranks
+from mlsys.train.metrics import read_metrics
+from mlsys.train.rundir import RunDir
+
+
+def run_config(root: Path, out: Path, steps: int, log_every: int) -> dict[str, Any]:
+    """One phase of ``steps`` steps at level 1 of the cpu-small GPT-2 shape; evaluation only at
+    the end, no checkpoints."""
+    family = dict(load_profile("cpu-small", root).families["gpt"])
+    family.pop("lr_grid", None)
+    cfg = {**family, "name": "overhead", "run_dir": str(out / "run"),
+           "phases": [{"level": 1, "steps": steps, "lr": 1e-3, "warmup": 5}]}
+    cfg["data"] = {k: v for k, v in cfg["data"].items() if k != "train_samples"}
+    cfg["train"] = {**cfg["train"], "eval_every": 10 * steps, "checkpoint_every": 0,
+                    "log_every": log_every}
+    return cfg
+
+
+def _median_after(values: list[float], warmup: int) -> float:
+    return statistics.median(values[warmup:])
+
+
+def controller_seconds(run_dir: Path, warmup: int) -> float:
+    steps = [r for r in read_metrics(RunDir(run_dir).metrics) if r["event"] == "step"]
+    walls = [(r["step"], r["wall"]) for r in steps]
+    per_step = [(w1 - w0) / (s1 - s0) for (s0, w0), (s1, w1) in zip(walls, walls[1:], strict=False)]
+    return _median_after(per_step[:-1], warmup)  # the last interval holds the final eval
+
+
+def measure(root: Path, out: Path, ds_config: str, ranks: int, steps: int, repeats: int,
+            warmup: int = 10, log_every: int = 1) -> dict[str, Any]:
+    """A B A B ...: the controller (``launch.train``) and the plain loop, ``repeats`` each."""
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = run_config(root, out, steps, log_every)
+    path = write_text(out / "overhead.yaml", yaml.safe_dump(cfg, sort_keys=False))
+    env = dict(os.environ, DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"))
+    ours, plain = [], []
+    for i in range(repeats):
+        code = run_ranks("launch.train", ["--config", str(path), "--ds_config", ds_config,
+                                          "--fresh", "--no-progress"], ranks, env=env,
+                         cwd=str(root))
+        if code:
+            raise RuntimeError(f"controller run {i} exited {code}")
+        ours.append(controller_seconds(Path(cfg["run_dir"]), warmup))
+        times = out / f"plain{i}.json"
+        code = run_ranks("mlsys.bench.plain_loop", ["--config", str(path), "--ds_config",
+                                                    ds_config, "--steps", str(steps),
+                                                    "--out", str(times)], ranks, env=env,
+                         cwd=str(root))
+        if code:
+            raise RuntimeError(f"plain loop run {i} exited {code}")
+        plain.append(_median_after(json.loads(times.read_text())["seconds"], warmup))
+        print(f"pair {i + 1}: controller {ours[-1]:.4f} s/step, plain {plain[-1]:.4f} s/step "
+              f"({ours[-1] / plain[-1] - 1:+.1%})", flush=True)
+    result = {"ranks": ranks, "ds_config": ds_config, "steps": steps, "warmup": warmup,
+              "log_every": log_every, "controller_seconds": ours, "plain_seconds": plain,
+              "controller_median": statistics.median(ours),
+              "plain_median": statistics.median(plain)}
+    result["overhead"] = result["controller_median"] / result["plain_median"] - 1.0
+    result["pair_overheads"] = [a / b - 1.0 for a, b in zip(ours, plain, strict=True)]
+    write_json(out / "overhead.json", result)
+    print(f"overhead: {result['overhead']:+.1%} (median of {repeats} pairs; "
+          f"pairs {', '.join(f'{x:+.1%}' for x in result['pair_overheads'])})")
+    return result

@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.overhead:
-            measure(ROOT, Path(args.out), args.ds_config, args.ranks, args.steps, args.repeats)
+            measure(ROOT, Path(args.out), args.profile, args.family, args.ds_config, args.ranks,
+                    args.steps, args.repeats)
         elif args.transitions:
             transitions_check(args.transitions, Path(args.out), ROOT)
         else:

@@ -22,10 +22,11 @@ from mlsys.train.metrics import read_metrics
 from mlsys.train.rundir import RunDir
 
 
-def run_config(root: Path, out: Path, steps: int, log_every: int) -> dict[str, Any]:
-    """One phase of ``steps`` steps at level 1 of the cpu-small GPT-2 shape; evaluation only at
-    the end, no checkpoints."""
-    family = dict(load_profile("cpu-small", root).families["gpt"])
+def run_config(root: Path, out: Path, profile: str, family: str, steps: int,
+               log_every: int) -> dict[str, Any]:
+    """One phase of ``steps`` steps at level 1 of a profile family's shape (the issue measured
+    cpu-small's GPT-2); evaluation only at the end, no checkpoints."""
+    family = dict(load_profile(profile, root).families[family])
     family.pop("lr_grid", None)
     cfg = {**family, "name": "overhead", "run_dir": str(out / "run"),
            "phases": [{"level": 1, "steps": steps, "lr": 1e-3, "warmup": 5}]}
@@ -46,11 +47,11 @@ def controller_seconds(run_dir: Path, warmup: int) -> float:
     return _median_after(per_step[:-1], warmup)  # the last interval holds the final eval
 
 
-def measure(root: Path, out: Path, ds_config: str, ranks: int, steps: int, repeats: int,
-            warmup: int = 10, log_every: int = 1) -> dict[str, Any]:
+def measure(root: Path, out: Path, profile: str, family: str, ds_config: str, ranks: int,
+            steps: int, repeats: int, warmup: int = 10, log_every: int = 1) -> dict[str, Any]:
     """A B A B ...: the controller (``launch.train``) and the plain loop, ``repeats`` each."""
     out.mkdir(parents=True, exist_ok=True)
-    cfg = run_config(root, out, steps, log_every)
+    cfg = run_config(root, out, profile, family, steps, log_every)
     path = write_text(out / "overhead.yaml", yaml.safe_dump(cfg, sort_keys=False))
     env = dict(os.environ, DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"))
     ours, plain = [], []
@@ -71,7 +72,8 @@ def measure(root: Path, out: Path, ds_config: str, ranks: int, steps: int, repea
         plain.append(_median_after(json.loads(times.read_text())["seconds"], warmup))
         print(f"pair {i + 1}: controller {ours[-1]:.4f} s/step, plain {plain[-1]:.4f} s/step "
               f"({ours[-1] / plain[-1] - 1:+.1%})", flush=True)
-    result = {"ranks": ranks, "ds_config": ds_config, "steps": steps, "warmup": warmup,
+    result = {"profile": profile, "family": family, "ranks": ranks, "ds_config": ds_config,
+              "steps": steps, "warmup": warmup,
               "log_every": log_every, "controller_seconds": ours, "plain_seconds": plain,
               "controller_median": statistics.median(ours),
               "plain_median": statistics.median(plain)}

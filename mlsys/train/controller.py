@@ -129,11 +129,13 @@ class Controller:
         self._record("eval", **metrics, wall=self._wall())
 
     def _checkpoint(self) -> None:
+        self.log.flush()  # every record up to this step is on disk before the checkpoint
         self.state.wall_seconds = self._wall()
         self._t0 = time.perf_counter()
         tag = ckpt.save_checkpoint(self.engine, self.run_dir.checkpoints, self.state,
                                    self.cfg.train.keep_checkpoints)
         self._record("checkpoint", tag=tag)
+        self.log.flush()
 
     def _run_phase(self, bar: Progress) -> bool:
         """Train the rest of the current phase; False if stopped by a signal. The next

@@ -15,6 +15,7 @@ cumulative training FLOPs):
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +39,16 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 
 class MetricsLog:
-    """Append-only JSONL writer; a no-op on ranks other than 0."""
+    """Append-only JSONL writer; a no-op on ranks other than 0. Buffered: lines reach the file
+    at least every ``flush_seconds`` and on ``flush()`` (before every checkpoint) and
+    ``close()``, so a resume never misses a record its checkpoint covers."""
 
-    def __init__(self, path: str | Path, enabled: bool) -> None:
+    def __init__(self, path: str | Path, enabled: bool, flush_seconds: float = 0.1) -> None:
         self.path = Path(path)
         self.enabled = enabled
+        self.flush_seconds = flush_seconds
         self._file = None
+        self._flushed = time.monotonic()
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "a")
@@ -51,7 +56,13 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         if self._file is not None:
             self._file.write(json.dumps(record, allow_nan=False) + "\n")
+            if time.monotonic() - self._flushed >= self.flush_seconds:
+                self.flush()
+
+    def flush(self) -> None:
+        if self._file is not None:
             self._file.flush()
+            self._flushed = time.monotonic()
 
     def close(self) -> None:
         if self._file is not None:

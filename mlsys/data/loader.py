@@ -1,0 +1,49 @@
+"""The micro-batches of the coming steps, prepared ahead of the step that needs them.
+
+A ``torch.utils.data.DataLoader`` over exactly the sample indices ``mlsys.data.stream`` gives
+this rank for every step from ``consumed`` on (``micro_indices``), so the data and its order do
+not depend on how many workers read ahead: resuming at any ``consumed_samples`` reads what an
+uninterrupted run would have read. ``workers`` processes collate batches while the step runs
+(0: in this process, when asked); pinned memory where a GPU is present.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from mlsys.data.stream import micro_indices
+
+
+def step_indices(consumed: int, steps: int, micro: int, world: int, rank: int, accum: int,
+                 global_batch: int) -> Iterator[list[int]]:
+    """This rank's micro-batch index lists for ``steps`` steps from ``consumed`` on."""
+    for s in range(steps):
+        yield from micro_indices(consumed + s * global_batch, micro, world, rank, accum)
+
+
+class StepBatches:
+    """``next_step()``: the ``accum`` collated micro-batches of the next step."""
+
+    def __init__(self, dataset: Sequence[Any], collate: Callable[[list[Any]], dict],
+                 consumed: int, steps: int, micro: int, world: int, rank: int, accum: int,
+                 global_batch: int, workers: int) -> None:
+        self.accum = accum
+        sampler = list(step_indices(consumed, steps, micro, world, rank, accum, global_batch))
+        # Its own generator: a DataLoader draws its workers' base seed from the one it is
+        # given, and drawing from the global one would shift the dropout masks of a resume.
+        self.loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate,
+                                 num_workers=workers, prefetch_factor=4 if workers else None,
+                                 pin_memory=torch.cuda.is_available(),
+                                 generator=torch.Generator().manual_seed(0))
+        self._it = iter(self.loader)
+
+    def next_step(self) -> list[dict[str, torch.Tensor]]:
+        return [next(self._it) for _ in range(self.accum)]
+
+    def close(self) -> None:
+        """Stop the workers (a phase that ends early, e.g. on a signal)."""
+        self._it = None

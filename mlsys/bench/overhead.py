@@ -41,10 +41,13 @@ def _median_after(values: list[float], warmup: int) -> float:
 
 
 def controller_seconds(run_dir: Path, warmup: int) -> float:
+    """Median seconds per step between consecutive step records from step ``warmup`` on,
+    leaving out the last interval (it holds the final evaluation)."""
     steps = [r for r in read_metrics(RunDir(run_dir).metrics) if r["event"] == "step"]
     walls = [(r["step"], r["wall"]) for r in steps]
-    per_step = [(w1 - w0) / (s1 - s0) for (s0, w0), (s1, w1) in zip(walls, walls[1:], strict=False)]
-    return _median_after(per_step[:-1], warmup)  # the last interval holds the final eval
+    per_step = [(w1 - w0) / (s1 - s0) for (s0, w0), (s1, w1)
+                in zip(walls, walls[1:], strict=False) if s0 >= warmup]
+    return statistics.median(per_step[:-1])
 
 
 def measure(root: Path, out: Path, profile: str, family: str, ds_config: str, ranks: int,

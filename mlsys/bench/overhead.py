@@ -23,16 +23,19 @@ from mlsys.train.rundir import RunDir
 
 
 def run_config(root: Path, out: Path, profile: str, family: str, steps: int,
-               log_every: int) -> dict[str, Any]:
+               log_every: int, ranks: int = 1) -> dict[str, Any]:
     """One phase of ``steps`` steps at level 1 of a profile family's shape (the issue measured
-    cpu-small's GPT-2); evaluation only at the end, no checkpoints."""
+    cpu-small's GPT-2), the global batch shared out over ``ranks``; evaluation only at the
+    end, no checkpoints."""
     family = dict(load_profile(profile, root).families[family])
     family.pop("lr_grid", None)
     cfg = {**family, "name": "overhead", "run_dir": str(out / "run"),
            "phases": [{"level": 1, "steps": steps, "lr": 1e-3, "warmup": 5}]}
     cfg["data"] = {k: v for k, v in cfg["data"].items() if k != "train_samples"}
-    cfg["train"] = {**cfg["train"], "eval_every": 10 * steps, "checkpoint_every": 0,
-                    "log_every": log_every}
+    train = cfg["train"]
+    micro = min(train["micro_batch_size"], train["global_batch_size"] // ranks)
+    cfg["train"] = {**train, "micro_batch_size": micro, "eval_every": 10 * steps,
+                    "checkpoint_every": 0, "log_every": log_every}
     return cfg
 
 
@@ -54,7 +57,7 @@ def measure(root: Path, out: Path, profile: str, family: str, ds_config: str, ra
             steps: int, repeats: int, warmup: int = 10, log_every: int = 1) -> dict[str, Any]:
     """A B A B ...: the controller (``launch.train``) and the plain loop, ``repeats`` each."""
     out.mkdir(parents=True, exist_ok=True)
-    cfg = run_config(root, out, profile, family, steps, log_every)
+    cfg = run_config(root, out, profile, family, steps, log_every, ranks)
     path = write_text(out / "overhead.yaml", yaml.safe_dump(cfg, sort_keys=False))
     env = dict(os.environ, DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"))
     ours, plain = [], []

@@ -37,7 +37,6 @@ def one_rank_group():
 
 
 def test_no_host_sync_inside_the_step(one_rank_group, monkeypatch):
-
     from mlsys.config import TrainConfig
     from mlsys.train.engine import build_engine, destroy_engine
     from mlsys.train.step import LossWindow, train_step

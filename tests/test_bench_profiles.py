@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from mlsys.bench.profile import load_profile, run_configs
+from mlsys.bench.runner import _same_config
 from mlsys.config import ConfigError, parse_run_config
+from mlsys.train.rundir import RunDir
 
 ROOT = Path(__file__).parents[1]
 PROFILES = sorted(p.stem for p in (ROOT / "configs/bench").glob("*.yaml")
@@ -58,3 +61,22 @@ def test_a_bad_profile_names_the_file_and_field(text, field, tmp_path):
     (tmp_path / "configs" / "bench" / "bad.yaml").write_text(text)
     with pytest.raises(ConfigError, match=rf"bad\.yaml(.|\n)*{field}"):
         load_profile("bad", tmp_path)
+
+
+def test_a_run_stored_before_a_new_default_still_resumes(tmp_path):
+    """A run config stored without a field added since (with its default) is the same run;
+    a changed value is not (the runner would start over instead of resuming)."""
+    profile = load_profile("cpu-small", ROOT)
+    cfg = dict(run_configs(profile, "gpt", tmp_path)["baseline-lr4e-3"])
+    cfg.pop("fork", None)
+    run = RunDir(cfg["run_dir"])
+    run.root.mkdir(parents=True)
+    stored = parse_run_config(cfg, source="x").model_dump(mode="json")
+    del stored["train"]["log_every"]  # as written by a version without the field
+    run.run_config.write_text(json.dumps(stored))
+    assert _same_config(cfg, run)
+    stored["phases"][0]["lr"] = 123.0
+    run.run_config.write_text(json.dumps(stored))
+    assert not _same_config(cfg, run)
+    run.run_config.write_text("{not json")
+    assert not _same_config(cfg, run)

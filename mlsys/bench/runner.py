@@ -16,7 +16,7 @@ import yaml
 from mlsys.atomic import write_json, write_text
 from mlsys.bench.profile import load_profile, run_configs
 from mlsys.bench.report import compare, markdown, plot, table
-from mlsys.config import parse_run_config
+from mlsys.config import ConfigError, parse_run_config
 from mlsys.data.run_data import prepare_default_data
 from mlsys.dist.spawn import start_ranks, wait_ranks
 from mlsys.train.checkpoint import fork_run
@@ -25,11 +25,20 @@ from mlsys.train.rundir import RunDir
 
 
 def _same_config(cfg: dict[str, Any], run: RunDir) -> bool:
-    """True if ``run`` was started with exactly this run config (so it may be resumed)."""
+    """True if ``run`` was started with this run config (so it may be resumed). The stored
+    config is validated again, so a field added since with its default counts as unchanged."""
     if not run.run_config.is_file():
         return False
-    dumped = json.loads(json.dumps(parse_run_config(cfg, source=cfg["name"]).model_dump()))
-    return dumped == json.loads(run.run_config.read_text())
+
+    def canonical(raw: dict[str, Any], source: str) -> Any:
+        return json.loads(json.dumps(parse_run_config(raw, source=source).model_dump()))
+
+    wanted = canonical(cfg, cfg["name"])
+    try:
+        stored = canonical(json.loads(run.run_config.read_text()), str(run.run_config))
+    except (ValueError, ConfigError):
+        return False
+    return wanted == stored
 
 
 def start(cfg: dict[str, Any], ds_config: str, ranks: int, out: Path, root: Path,

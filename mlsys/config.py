@@ -45,6 +45,7 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
       log_every: 1                  # a step record (mean loss since the last) every K steps,
                                     # and at evaluations, checkpoints and phase ends
       data_workers: 1               # processes preparing the next micro-batches (0: inline)
+      export_levels: true           # export every phase's model to levels/phase<p>-level<k>/
     vcycle:
       scheme: stride                # stride | adjacent
       alpha: 0.8                    # interpolation: (1-alpha) * saved + alpha * de-coalesced
@@ -157,6 +158,7 @@ class TrainConfig(_Strict):
     keep_checkpoints: int = Field(default=2, gt=0)
     log_every: int = Field(default=1, gt=0)
     data_workers: int = Field(default=1, ge=0)
+    export_levels: bool = True
 
 
 class VCycleConfig(_Strict):

@@ -8,17 +8,22 @@ ranks wait.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import transformers
+
 from data_prep.default import prepare_default
 from data_prep.images import check_images_complete, prepare_default_images
 from mlsys.config import RunConfig
+from mlsys.data.hf_tokenizer import save_hf_tokenizer
 from mlsys.data.megatron import build_datasets, collate_hf, load_tokenizer
 from mlsys.data.vision import build_image_datasets, collate_images
 from mlsys.dist.process import barrier, rank
+from mlsys.families import get_family
 
 
 @dataclass
@@ -28,6 +33,10 @@ class RunData:
     tokenizer_dir: str | None  # None for image data
     vocab_size: int  # image data: the number of classes
     collate: Callable[[list[Any]], dict]
+    # writes what a Hugging Face pipeline needs besides the model into a directory: the
+    # tokenizer (tokenizer.json and config, plus the sentencepiece files) or image processor
+    save_processor: Callable[[Path], None]
+    labels: list[str] | None = None  # image data: the class names, if the data has them
 
 
 def prepare_default_data(cfg: RunConfig) -> dict[str, str]:
@@ -74,9 +83,16 @@ def _text_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunDat
     train, valid, _ = build_datasets(cfg.kind, prefix, tokenizer_dir, cfg.data.seq_length,
                                      cfg.train.seed, num_samples=(train_samples, valid_samples, 0),
                                      split=cfg.data.split, cache_dir=cache)
-    kind = cfg.kind
+    kind, max_length = cfg.kind, cfg.model.max_position
+
+    def save_processor(out_dir: Path) -> None:
+        for f in Path(tokenizer_dir).iterdir():  # the sentencepiece files, for Megatron users
+            if f.is_file():
+                shutil.copy2(f, Path(out_dir) / f.name)
+        save_hf_tokenizer(tokenizer_dir, kind, out_dir, max_length)
+
     return RunData(train, valid, tokenizer_dir, tokenizer_vocab_size(load_tokenizer(tokenizer_dir)),
-                   lambda samples: collate_hf(samples, kind))
+                   lambda samples: collate_hf(samples, kind), save_processor)
 
 
 def _image_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunData:
@@ -84,8 +100,18 @@ def _image_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunDa
     prefix = data_paths(cfg)["data_prefix"]
     train, valid = build_image_datasets(prefix, cfg.train.seed, size, split=d.split,
                                         num_samples=(train_samples, valid_samples))
-    return RunData(train, valid, None, check_images_complete(prefix)["num_classes"],
-                   collate_images)
+    manifest = check_images_complete(prefix)
+    processor_class = get_family(cfg.model.family).image_processor
+
+    def save_processor(out_dir: Path) -> None:
+        processor = getattr(transformers, processor_class)(
+            do_resize=True, size={"height": size, "width": size}, resample=2,  # bilinear
+            do_rescale=True, rescale_factor=1 / 255, do_normalize=True,
+            image_mean=manifest["mean"], image_std=manifest["std"])
+        processor.save_pretrained(str(out_dir))
+
+    return RunData(train, valid, None, manifest["num_classes"], collate_images, save_processor,
+                   manifest.get("classes") or None)
 
 
 BUILDERS: dict[str, Callable[[RunConfig, int, int], RunData]] = {

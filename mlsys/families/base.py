@@ -77,6 +77,7 @@ class Family:
     FLOPs (``mlsys.flops``): ``lm_head`` (a ``hidden × vocab`` output projection is counted),
     ``head_transform`` (one more ``hidden × hidden`` map before it, BERT's MLM transform),
     ``patch_embedding`` (a ``channels·patch² × hidden`` input projection per token).
+    ``image_processor``: vision only, the Hugging Face image processor class an export ships.
 
     ``globals``: parameter name → axes, for parameters outside the repeated layers.
     ``layer``: name relative to ``layer_prefix + "{i}."`` → axes.
@@ -106,6 +107,7 @@ class Family:
     lm_head: bool = True
     head_transform: bool = False
     patch_embedding: bool = False
+    image_processor: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -19,6 +19,7 @@ _FIELDS = ConfigFields(
 )
 _VISION = dict(
     kind="vision", fields=_FIELDS, lm_head=False, patch_embedding=True,
+    image_processor="ViTImageProcessor",  # resize, rescale, normalise: what the data does
     dropout_fields=("hidden_dropout_prob", "attention_probs_dropout_prob"),
 )
 

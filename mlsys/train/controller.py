@@ -34,9 +34,10 @@ from mlsys.models import build_model, hf_config, level_config
 from mlsys.train import checkpoint as ckpt
 from mlsys.train.engine import build_engine, destroy_engine
 from mlsys.train.evaluate import validation_metrics
-from mlsys.train.export import export_pretrained
+from mlsys.train.export import export_run_model
 from mlsys.train.memory import peak_memory_bytes, release_free_memory, resident_memory_bytes
 from mlsys.train.metrics import MetricsLog, plot_val_loss, read_metrics
+from mlsys.train.monitor import RunMonitor, without_monitors
 from mlsys.train.progress import Progress
 from mlsys.train.resume import open_run
 from mlsys.train.rundir import RunDir
@@ -70,8 +71,9 @@ class Controller:
         self.last_val: float | None = None
         self._t0 = time.perf_counter()
 
-    def _prepare(self) -> None:
-        """Data, the config and step FLOPs of every level, the metrics log, the configs."""
+    def _prepare(self, logged_through: tuple[int, int] | None) -> None:
+        """Data, the config and step FLOPs of every level, the metrics log (with the DeepSpeed
+        monitors; ``logged_through``: what they have from before a resume), the configs."""
         cfg, g = self.cfg, self.cfg.train.global_batch_size
         self.data = build_run_data(cfg, cfg.train_samples, cfg.train.eval_batches * g)
         level1 = hf_config(cfg.model, self.data.vocab_size)
@@ -79,7 +81,9 @@ class Controller:
                         for lv in sorted({p.level for p in cfg.phases})}
         self.step_flops = {lv: flops_per_step(dims_of(c), cfg.data.seq_length, g)
                            for lv, c in self.configs.items()}
-        self.log = MetricsLog(self.run_dir.metrics, enabled=self.rank == 0)
+        monitor = RunMonitor(self.ds_config, self.run_dir.monitors, logged_through) \
+            if self.rank == 0 else None
+        self.log = MetricsLog(self.run_dir.metrics, enabled=self.rank == 0, monitor=monitor)
         if self.rank == 0:
             write_json(self.run_dir.run_config, cfg.model_dump())
             write_json(self.run_dir.ds_config, self.ds_config)
@@ -100,7 +104,7 @@ class Controller:
         self._record("resume", tag=tag)
 
     def _new_engine(self, model: torch.nn.Module, phase: int) -> None:
-        self.engine = build_engine(model, self.ds_config, self.cfg.train,
+        self.engine = build_engine(model, without_monitors(self.ds_config), self.cfg.train,
                                    self.cfg.phases[phase].lr, phase_schedule(self.cfg, phase))
 
     def _destroy_engine(self) -> None:
@@ -195,6 +199,8 @@ class Controller:
         s, v = self.state, self.cfg.vcycle
         src, dst = self.cfg.phases[s.phase].level, self.cfg.phases[s.phase + 1].level
         old = self.engine
+        if self.cfg.train.export_levels:
+            self._export(self.run_dir.level_export(s.phase, src), src)
         if dst > src:
             path = self.run_dir.saved_weights(s.phase, src)
             model = transition.down(old.module, v, path)
@@ -217,9 +223,16 @@ class Controller:
                      peak_memory_bytes=peak_memory_bytes(), rss_bytes=resident_memory_bytes())
         self._evaluate()
 
-    def _finish(self) -> dict[str, Any]:
+    def _export(self, out_dir: Any, level: int) -> None:
+        """Export the current model (at ``level``) like final/ (collective gather)."""
         weights = gather_weights(self.engine.module)
+        if self.rank == 0:
+            export_run_model(weights, self.configs[level], out_dir, self.cfg, self.data,
+                             self.state, self.last_val)
+
+    def _finish(self) -> dict[str, Any]:
         level = self.cfg.phases[self.state.phase].level
+        self._export(self.run_dir.final, level)
         self._destroy_engine()
         self.hf_ds = None  # plain (unpartitioned) construction from here on
         gc.collect()
@@ -227,8 +240,6 @@ class Controller:
                   "peak_memory_bytes": peak_memory_bytes(), "final_dir": str(self.run_dir.final),
                   "steps": self.state.global_step, "status": "done"}
         if self.rank == 0:
-            export_pretrained(weights, self.configs[level], self.data.tokenizer_dir,
-                              self.run_dir.final)
             self._record("end", **{k: v for k, v in result.items() if k != "status"})
             self.log.close()
             plot_val_loss(read_metrics(self.run_dir.metrics), self.run_dir.plot,
@@ -242,7 +253,7 @@ class Controller:
         start = open_run(self.run_dir, self.resume)
         if start.already_done:
             return {"status": "already-done", **json.loads(self.run_dir.done.read_text())}
-        self._prepare()
+        self._prepare(start.logged_through)
         self._start(start.tag)
         self._t0 = time.perf_counter()
         with Progress(self.cfg.total_steps, self.state.global_step,

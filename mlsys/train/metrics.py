@@ -41,11 +41,14 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 class MetricsLog:
     """Append-only JSONL writer; a no-op on ranks other than 0. Buffered: lines reach the file
     at least every ``flush_seconds`` and on ``flush()`` (before every checkpoint) and
-    ``close()``, so a resume never misses a record its checkpoint covers."""
+    ``close()``, so a resume never misses a record its checkpoint covers. A ``monitor``
+    (``mlsys.train.monitor.RunMonitor``) gets every record and sends it on each flush."""
 
-    def __init__(self, path: str | Path, enabled: bool, flush_seconds: float = 0.1) -> None:
+    def __init__(self, path: str | Path, enabled: bool, flush_seconds: float = 0.1,
+                 monitor: Any = None) -> None:
         self.path = Path(path)
         self.enabled = enabled
+        self.monitor = monitor  # a RunMonitor: gets every record, sent on flush
         self.flush_seconds = flush_seconds
         self._file = None
         self._flushed = time.monotonic()
@@ -56,6 +59,8 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         if self._file is not None:
             self._file.write(json.dumps(record, allow_nan=False) + "\n")
+            if self.monitor is not None:
+                self.monitor.add(record)
             if time.monotonic() - self._flushed >= self.flush_seconds:
                 self.flush()
 
@@ -63,11 +68,21 @@ class MetricsLog:
         if self._file is not None:
             self._file.flush()
             self._flushed = time.monotonic()
+            if self.monitor is not None:  # after the lines are on disk (see RunMonitor)
+                self.monitor.flush()
 
     def close(self) -> None:
         if self._file is not None:
+            self.flush()
             self._file.close()
             self._file = None
+
+
+def last_position(path: str | Path) -> tuple[int, int] | None:
+    """(step, phase) of the furthest record in a metrics file; None if it has none."""
+    path = Path(path)
+    records = read_metrics(path) if path.exists() else []
+    return max(((r.get("step", 0), r.get("phase", 0)) for r in records), default=None)
 
 
 def truncate_after(path: str | Path, step: int, phase: int | None = None) -> int:

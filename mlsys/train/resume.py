@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from mlsys.dist.process import barrier, from_main, is_main
 from mlsys.train.checkpoint import complete_tags, latest_good_tag, read_state
-from mlsys.train.metrics import truncate_after
+from mlsys.train.metrics import last_position, truncate_after
 from mlsys.train.rundir import RunDir
 
 
@@ -15,6 +15,8 @@ from mlsys.train.rundir import RunDir
 class Start:
     tag: str | None  # the checkpoint to load; None: a fresh start
     already_done: bool = False  # the run finished earlier: nothing to do
+    # rank 0, resuming: (step, phase) of the last record logged before, what monitors have
+    logged_through: tuple[int, int] | None = None
 
 
 def start_tag(run: RunDir, resume: bool | str) -> str | None:
@@ -43,9 +45,11 @@ def open_run(run: RunDir, resume: bool | str) -> Start:
         return Start(None)
     if run.is_done() and resume == "auto":
         return Start(tag, already_done=True)
+    logged_through = None
     if is_main():  # drop what the resumed run will redo, before appending
+        logged_through = last_position(run.metrics)
         at = read_state(run.checkpoints, tag)
         dropped = truncate_after(run.metrics, at.global_step, at.phase)
         print(f"resuming from {tag} (phase {at.phase}, step {at.step_in_phase}; dropped "
               f"{dropped} later records)", flush=True)
-    return Start(tag)
+    return Start(tag, logged_through=logged_through)

@@ -3,6 +3,8 @@
     checkpoints/<tag>/        DeepSpeed state, rng/rank<r>.pt, controller.json (written last)
     vcycle/phase<p>-level<k>.safetensors   weights saved on the way down, for interpolation
     final/                    the exported Hugging Face model and tokenizer
+    levels/phase<p>-level<k>/ every phase's model, exported like final/ (``vcycle.export_levels``)
+    tensorboard/, csv_monitor/   DeepSpeed monitor output (when the DeepSpeed config enables it)
     metrics.jsonl             one JSON record per event
     val_loss_vs_flops.png     validation loss against cumulative FLOPs
     run_config.json, ds_config.json        the resolved configs the run used
@@ -53,6 +55,15 @@ class RunDir:
     def done(self) -> Path:
         return self.root / "done.json"
 
+    @property
+    def monitors(self) -> Path:
+        """Where DeepSpeed monitor sections without an ``output_path`` write."""
+        return self.root
+
+    def level_export(self, phase: int, level: int) -> Path:
+        """Where the model at the end of phase ``phase`` (at ``level``) is exported."""
+        return self.root / "levels" / f"phase{phase}-level{level}"
+
     def saved_weights(self, phase: int, level: int) -> Path:
         """Where the level's weights are saved when phase ``phase`` ends by going down."""
         return self.vcycle / f"phase{phase}-level{level}.safetensors"
@@ -62,5 +73,6 @@ class RunDir:
 
     def wipe(self) -> None:
         """Remove an earlier run's outputs (a fresh start); the configs are rewritten anyway."""
-        for p in (self.checkpoints, self.vcycle, self.final, self.metrics, self.done, self.plot):
+        for p in (self.checkpoints, self.vcycle, self.final, self.metrics, self.done, self.plot,
+                  self.root / "levels", self.root / "tensorboard", self.root / "csv_monitor"):
             shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)

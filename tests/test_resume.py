@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from mlsys.train.checkpoint import complete_tags, fork_run
 from mlsys.train.metrics import read_metrics
-from tests.tiny_run import run_config, start, train, write_yaml
+from tests.tiny_run import run_config, start, train, wait_for_small_phase, write_yaml
 
 PHASES = [{"level": 1, "steps": 2, "lr": 3e-3, "warmup": 1},
           {"level": 2, "steps": 6, "lr": 5e-3, "warmup": 1},
@@ -35,19 +34,6 @@ def assert_same(a: list[dict], b: list[dict]) -> None:
     assert la.keys() == lb.keys()
     bad = {k: (la[k], lb[k]) for k in la if abs(la[k] - lb[k]) > 1e-5}
     assert not bad, bad
-
-
-def wait_for_small_phase(metrics: Path, procs, phase_step: int, timeout: float = 600) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if any(p.poll() is not None for p in procs):
-            raise AssertionError("a rank exited before the small phase")
-        if metrics.exists() and any(r["event"] == "step" and r["level"] == 2
-                                    and r["phase_step"] >= phase_step
-                                    for r in read_metrics(metrics)):
-            return
-        time.sleep(0.2)
-    raise AssertionError("no small-phase step in time")
 
 
 @pytest.mark.slow

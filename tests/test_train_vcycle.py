@@ -72,3 +72,23 @@ def test_outputs_and_export_reproduce_val_loss(run: dict) -> None:
     loss = exported_val_loss(run["config"], final, AutoModelForMaskedLM)
     assert isinstance(AutoModelForMaskedLM.from_pretrained(final), BertForMaskedLM)
     assert abs(loss - end["val_loss"]) < 1e-5, (loss, end["val_loss"])
+
+
+@pytest.mark.slow
+def test_fill_mask_pipeline_on_the_export(run: dict) -> None:
+    """``pipeline("fill-mask")`` on final/ scores the mask with the model's own softmax over
+    the ids of ``[CLS] text [SEP]``, as training samples have them."""
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
+
+    final = run["dir"] / "final"
+    tok, model = AutoTokenizer.from_pretrained(final), AutoModelForMaskedLM.from_pretrained(final)
+    text = "def foo(x): return [MASK] + 1"
+    ids = tok(text)["input_ids"]
+    assert ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0, ids.index(tok.mask_token_id)]
+    probs = logits.softmax(-1)
+    top = pipeline("fill-mask", model=str(final), device="cpu")(text, top_k=3)
+    assert [t["token"] for t in top] == probs.topk(3).indices.tolist()
+    assert [t["score"] for t in top] == pytest.approx(probs.topk(3).values.tolist(), abs=1e-6)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -110,6 +111,19 @@ def test_two_rank_zero3_vit_vcycle(tmp_path):
     final = _metrics(full, valid, n)
     assert final["val_loss"] == pytest.approx(evals[-1]["val_loss"], abs=1e-5)
     assert final["val_top1"] == evals[-1]["val_top1"]
+
+    # the image-classification pipeline preprocesses as the data does and ranks by the model
+    from PIL import Image
+    from transformers import pipeline
+
+    from mlsys.data.vision import ImageShards
+    image, _ = ImageShards(prefix).get(int(valid.indices[0]))
+    classify = pipeline("image-classification", model=str(run / "final"), device="cpu")
+    top = classify(Image.fromarray(np.asarray(image)), top_k=3)
+    with torch.no_grad():
+        probs = full(pixel_values=valid[0]["pixel_values"][None]).logits[0].softmax(-1)
+    assert [full.config.label2id[t["label"]] for t in top] == probs.topk(3).indices.tolist()
+    assert [t["score"] for t in top] == pytest.approx(probs.topk(3).values.tolist(), abs=1e-5)
 
     level1 = ViTForImageClassification._from_config(full.config)
     load_weights(level1, run / "vcycle" / "phase0-level1.safetensors")

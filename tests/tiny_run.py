@@ -85,3 +85,19 @@ def exported_val_loss(config_path: Path, final_dir: Path, auto_class: type) -> f
     model = auto_class.from_pretrained(final_dir)
     idx = eval_indices(cfg.train.eval_batches * g, cfg.train.micro_batch_size, 1, 0)
     return validation_loss(model, batches(data.valid, idx, data.collate), cfg.kind)
+
+
+def wait_for_small_phase(metrics: Path, procs, phase_step: int, timeout: float = 600) -> None:
+    """Wait until the run logs step ``phase_step`` of a level-2 phase."""
+    from mlsys.train.metrics import read_metrics
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if any(p.poll() is not None for p in procs):
+            raise AssertionError("a rank exited before the small phase")
+        if metrics.exists() and any(r["event"] == "step" and r["level"] == 2
+                                    and r["phase_step"] >= phase_step
+                                    for r in read_metrics(metrics)):
+            return
+        time.sleep(0.2)
+    raise AssertionError("no small-phase step in time")

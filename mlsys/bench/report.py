@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mlsys.atomic import write_json
 from mlsys.bench.compare import (
     eval_curve,
     first_reach,
@@ -149,3 +150,31 @@ def markdown(rows: list[dict[str, Any]]) -> str:
                    f"{f(r['flops_to_target'], '.3g')} | {f(r['saving_flops'], '+.1%')} | "
                    f"{_fmt(r['saving_frontier'], '+.1%', 'below the frontier')} | {jumps} |")
     return "\n".join(out)
+
+
+def compare_pair(configs: dict[str, dict[str, Any]], out: Path, window: int = 3) -> str:
+    """A baseline (one level) against a V-cycle, both finished: ``out/results.json``,
+    ``out/comparison.png`` and a sentence with the FLOPs the V-cycle needed to reach the
+    baseline's smoothed final validation loss (or that it did not), as measured."""
+    result = compare(configs, window)
+    write_json(out / "results.json", result)
+    plot(configs, result, out / "comparison.png", "validation loss: V-cycle vs from scratch")
+    rows = {r["name"]: r for r in result["runs"]}
+    base = rows[result["target"]]
+    lines = [f"{base['name']}: final validation loss {result['target_val_loss']:.4f} "
+             f"(smoothed over {window} evaluations), reached after "
+             f"{base['flops_to_target']:.3e} FLOPs"]
+    for row in result["runs"]:
+        if row["levels"] == 1:
+            continue
+        if row["flops_to_target"] is None:
+            lines.append(f"{row['name']}: did not reach it (final "
+                         f"{row['final_val_loss_smoothed']:.4f} after "
+                         f"{row['flops_total']:.3e} FLOPs)")
+        else:
+            saving = row["saving_flops"]
+            lines.append(f"{row['name']}: reached it after {row['flops_to_target']:.3e} FLOPs, "
+                         f"{100 * abs(saving):.1f} % {'fewer' if saving >= 0 else 'more'} "
+                         "than the baseline")
+    lines.append(f"wrote {out / 'results.json'} and {out / 'comparison.png'}")
+    return "\n".join(lines)

@@ -10,6 +10,7 @@ import torch
 
 from mlsys.families import get_family
 from mlsys.operators import coalesce, decoalesce, derive_config
+from mlsys.operators.configs import Sizes
 from mlsys.operators.pairing import small_index
 from tests.tiny_models import DECODER_NOISE, assert_same_params, inputs, make_decoder, outputs
 from tests.tiny_models import perturb as _perturb
@@ -62,15 +63,26 @@ def test_width_decoalesce_preserves_logits_any_group_size(heads, kv_heads, schem
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_every_query_head_stays_with_its_kv_group(heads, kv_heads, scheme):
     """Hugging Face's repeat_kv: query head h reads key/value head h // r (r = heads/kv_heads),
-    in the large model and in the small one (r unchanged). Pair k of either space becomes unit
-    k of the small one; query head h must land on a small head of the group its own key/value
-    head lands on, under both pairing schemes."""
-    r = heads // kv_heads
-    head_dim = 3
-    small_q = small_index(heads * head_dim, head_dim, scheme)[::head_dim] // head_dim  # heads
-    small_kv = small_index(kv_heads * head_dim, head_dim, scheme)[::head_dim] // head_dim
+    in the large model and in the small one (r unchanged). Pair k of a space becomes unit k of
+    the small one. (1) Query head h lands on a small query head that reads the small key/value
+    head h's own key/value head lands on. (2) Each large group holds exactly one copy of every
+    query head of its small group, so the two copies of a key/value head serve the same query
+    heads and get the same gradient (what Adam-state mapping relies on)."""
+    r, head_dim = heads // kv_heads, 3
+    sizes = Sizes(hidden=heads * head_dim, heads=heads, head_dim=head_dim, ffn=2, layers=2,
+                  kv_heads=kv_heads)
+
+    def small_heads(space: str) -> list[int]:
+        index = small_index(sizes.size(space), sizes.unit(space), scheme)
+        return (index[::head_dim] // head_dim).tolist()
+
+    small_q, small_kv = small_heads("qk"), small_heads("kv")
+    assert small_heads("v") == small_q
     for h in range(heads):
-        assert int(small_q[h]) // r == int(small_kv[h // r]), (h, scheme)
+        assert small_q[h] // r == small_kv[h // r], (h, scheme)
+    for g in range(kv_heads):
+        group = sorted(small_q[g * r:(g + 1) * r])
+        assert group == list(range(small_kv[g] * r, (small_kv[g] + 1) * r)), (g, scheme)
 
 
 def _groups(value: float) -> set[int]:
@@ -85,8 +97,8 @@ def _groups(value: float) -> set[int]:
 def test_gqa_grouping_checked_on_the_weights(heads, kv_heads, scheme):
     """The same property through ``coalesce`` on real weights: key head g and every query head
     of group g carry the constant 10^g. Halving the key/value heads merges two groups into one
-    small key head; every small query head must come only from groups its own small key head
-    holds (one that straddled groups of two different small key heads would fail)."""
+    small key head; every small query head must come from exactly the groups its own small key
+    head merged (one from a third group, or from one group of the two, would fail)."""
     head_dim, r = 8, heads // kv_heads
     model = make_decoder(hidden=heads * head_dim, heads=heads, kv_heads=kv_heads, layers=2)
     with torch.no_grad():
@@ -103,7 +115,7 @@ def test_gqa_grouping_checked_on_the_weights(heads, kv_heads, scheme):
         k = layer.self_attn.k_proj.weight.reshape(kv_heads // 2, head_dim, -1)[:, 0, 0] / 2
         assert hidden_in == heads * head_dim // 2
         for h in range(heads // 2):  # small r unchanged: query head h reads key head h // r
-            assert _groups(q[h].item()) <= _groups(k[h // r].item()), (scheme, h)
+            assert _groups(q[h].item()) == _groups(k[h // r].item()), (scheme, h)
         assert set().union(*(_groups(v.item()) for v in k)) == set(range(kv_heads))
 
 

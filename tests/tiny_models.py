@@ -75,7 +75,8 @@ def perturb(model: torch.nn.Module, seed: int = 0, scale: float = 0.3) -> torch.
 
 
 def make(kind: str, seed: int = 0, **kw) -> torch.nn.Module:
-    """``kind``: bert-mlm, bert-pretraining, gpt2."""
+    """``kind``: bert-mlm, bert-pretraining, gpt2, llama (GQA 4:2, tied), llama-untied
+    (float32, as the other kinds)."""
     torch.manual_seed(seed)
     if kind == "bert-mlm":
         return perturb(BertForMaskedLM(bert_config(**kw)), seed)
@@ -83,6 +84,9 @@ def make(kind: str, seed: int = 0, **kw) -> torch.nn.Module:
         return perturb(BertForPreTraining(bert_config(**kw)), seed)
     if kind == "gpt2":
         return perturb(GPT2LMHeadModel(gpt2_config(**kw)), seed)
+    if kind in ("llama", "llama-untied"):
+        return make_decoder("llama", seed, torch.float32, tie_word_embeddings=kind == "llama",
+                            **kw)
     raise KeyError(kind)
 
 

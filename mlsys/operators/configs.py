@@ -22,15 +22,23 @@ class Sizes:
     head_dim: int
     ffn: int
     layers: int
-    kv_heads: int = 0
+    kv_heads: int = 0  # 0: as many as heads (sizes_of always sets it)
 
     def size(self, space: str) -> int:
         return {"hidden": self.hidden, "qk": self.heads * self.head_dim,
-                "v": self.heads * self.head_dim, "kv": self.kv_heads * self.head_dim,
+                "v": self.heads * self.head_dim,
+                "kv": (self.kv_heads or self.heads) * self.head_dim,
                 "ffn": self.ffn}[space]
 
     def unit(self, space: str) -> int:
-        return self.head_dim if space in ("qk", "v", "kv") else 1
+        """Elements paired as one: a head in ``kv``; in the query-head spaces ``qk`` and ``v`` a
+        whole group of ``heads / kv_heads`` query heads (one head without grouped-query
+        attention), so query heads pair as their key/value heads pair, member for member."""
+        if space == "kv":
+            return self.head_dim
+        if space in ("qk", "v"):
+            return self.head_dim * (self.heads // (self.kv_heads or self.heads))
+        return 1
 
 
 def _optional(config, name: str | None):

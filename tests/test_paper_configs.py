@@ -52,6 +52,7 @@ def test_gpu_ds_configs(name, stage):
 PAPER_TRANSITION = ("copy", "reset", 0.5, "all", 0.0)
 WIDTH_DETAIL = ("identity", "reset", 0.0, "width", 0.001)
 SHIPPED_VCYCLES = {"tiny-gpt-vcycle": WIDTH_DETAIL, "gpt-base": WIDTH_DETAIL,
+                   "tiny-llama-vcycle": WIDTH_DETAIL,
                    "tiny-bert-vcycle": PAPER_TRANSITION, "bert-base": PAPER_TRANSITION,
                    "bert-large": PAPER_TRANSITION, "tiny-vit-vcycle": PAPER_TRANSITION,
                    "deit-s": PAPER_TRANSITION, "deit-b": PAPER_TRANSITION}

@@ -3,14 +3,18 @@
     flops per token = 6 * N  +  12 * L * S * d
 
 ``N`` counts the weights that multiply activations (every linear map: attention Q, K, V and
-output, the two MLP maps, a family's ``head_transform`` (BERT's MLM transform), and the LM head
-``d x V``; the LM head counts
+output, the two MLP maps (three when gated, SwiGLU's gate, up and down), a family's
+``head_transform`` (BERT's MLM transform), and the LM head ``d x V``; the LM head counts
 even when tied to the word embedding, because it is a real matmul). Embedding lookups, biases,
 LayerNorms, softmax and GELU are left out (they are O(d) per token, not O(d^2)). ``6 N`` is
 2 FLOPs per multiply-add for the forward pass plus twice that for the backward pass.
 Attention: per layer and token the forward pass computes ``Q K^T`` and ``A V`` over all ``S``
 positions, ``2 * 2 * S * d`` FLOPs; forward plus backward gives ``12 L S d`` (no discount for
-the causal mask, as in the Chinchilla accounting). Both logits for all positions are counted,
+the causal mask, as in the Chinchilla accounting). Under grouped-query attention K and V map
+``d`` to ``d_kv = kv_heads · head_dim`` (so Q, K, V, output weigh ``2·d·d_q + 2·d·d_kv``), and
+scores and values run per query head: ``d`` in the attention term is ``d_q = heads · head_dim``
+(equal to ``d`` unless a family sets head_dim apart). RMSNorm, rotary and the SwiGLU product
+are elementwise and left out. Both logits for all positions are counted,
 also for masked LMs (Hugging Face's ``BertForMaskedLM`` projects every position).
 Vision families (``patch_embedding``, no ``lm_head``): a token is a patch (or the CLS /
 distillation token); the patch embedding (``channels·p² × d`` per token) takes the LM head's
@@ -37,6 +41,17 @@ class Dims:
     vocab: int  # 0: no LM head (vision)
     head_transform: bool = False  # a hidden x hidden map before the LM head (BERT)
     patch_inputs: int = 0  # vision: channels * patch_size ** 2
+    query: int = 0  # heads * head_dim (0: hidden)
+    kv: int = 0  # key/value heads * head_dim (0: query)
+    ffn_maps: int = 2  # linear maps reading or writing the ffn space (3 when gated)
+
+    @property
+    def q(self) -> int:
+        return self.query or self.hidden
+
+    @property
+    def k(self) -> int:
+        return self.kv or self.q
 
 
 def dims_of(config: PretrainedConfig) -> Dims:
@@ -45,12 +60,13 @@ def dims_of(config: PretrainedConfig) -> Dims:
     s = sizes_of(config, family)
     vocab = getattr(config, family.fields.vocab) if family.lm_head else 0
     patch = config.num_channels * config.patch_size ** 2 if family.patch_embedding else 0
-    return Dims(s.hidden, s.layers, s.ffn, vocab, family.head_transform, patch)
+    return Dims(s.hidden, s.layers, s.ffn, vocab, family.head_transform, patch,
+                query=s.size("qk"), kv=s.size("kv"), ffn_maps=family.ffn_maps)
 
 
 def matmul_params(d: Dims) -> int:
     """N: weights of every linear map, including the LM head (and a head transform)."""
-    per_layer = 4 * d.hidden * d.hidden + 2 * d.hidden * d.ffn
+    per_layer = 2 * d.hidden * d.q + 2 * d.hidden * d.k + d.ffn_maps * d.hidden * d.ffn
     head = d.hidden * d.vocab + (d.hidden * d.hidden if d.head_transform else 0) \
         + d.patch_inputs * d.hidden
     return d.layers * per_layer + head
@@ -58,7 +74,7 @@ def matmul_params(d: Dims) -> int:
 
 def flops_per_token(d: Dims, seq_length: int) -> int:
     """Training FLOPs (forward + backward) per token at sequence length ``seq_length``."""
-    return 6 * matmul_params(d) + 12 * d.layers * seq_length * d.hidden
+    return 6 * matmul_params(d) + 12 * d.layers * seq_length * d.q
 
 
 def flops_per_step(d: Dims, seq_length: int, global_batch: int) -> int:

@@ -10,13 +10,21 @@ from mlsys.config import ModelConfig, VCycleConfig
 from mlsys.flops import dims_of, flops_per_step, flops_per_token, matmul_params
 from mlsys.models import build_model, hf_config, level_config
 
+# Llama-style decoders: SwiGLU (three ffn maps) and grouped-query attention (8 query heads over
+# 2 key/value heads); Qwen3 with a head_dim apart from hidden / heads (8 × 16 = 128 ≠ 64).
+EXTRA = {"bert": {}, "gpt": {}, "llama": {"num_key_value_heads": 2},
+         "qwen2": {"num_key_value_heads": 4},
+         "qwen3": {"num_key_value_heads": 2, "head_dim": 16},
+         "mistral": {"num_key_value_heads": 2, "tie_word_embeddings": True}}
 
-@pytest.mark.parametrize("family", ["bert", "gpt"])
+
+@pytest.mark.parametrize("family", list(EXTRA))
 @pytest.mark.parametrize("level", [1, 2])
 def test_formula_equals_counted_training_flops(family: str, level: int) -> None:
     """One forward + backward of a real model: torch counts exactly 6N + 12LSd per token."""
-    m = ModelConfig(family=family, hidden_size=64, num_layers=4, num_heads=4, ffn_size=192,
-                    max_position=48, dropout=0.0)
+    heads = 8 if EXTRA[family] else 4
+    m = ModelConfig(family=family, hidden_size=64, num_layers=4, num_heads=heads, ffn_size=192,
+                    max_position=48, dropout=0.0, extra=EXTRA[family])
     config = level_config(hf_config(m, 300), level, VCycleConfig())
     config._attn_implementation = "eager"  # torch's counter skips the CPU SDPA kernel
     model = build_model(config, seed=0)
@@ -27,14 +35,15 @@ def test_formula_equals_counted_training_flops(family: str, level: int) -> None:
     assert counter.get_total_flops() == flops_per_step(dims_of(config), seq, batch)
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt"])
+@pytest.mark.parametrize("family", list(EXTRA))
 def test_matmul_params_are_the_linear_weights_plus_head(family: str) -> None:
-    config = hf_config(ModelConfig(family=family, hidden_size=32, num_layers=3, num_heads=2,
-                                   max_position=16), 100)
+    heads = 8 if EXTRA[family] else 2
+    config = hf_config(ModelConfig(family=family, hidden_size=32, num_layers=3, num_heads=heads,
+                                   max_position=16, extra=EXTRA[family]), 100)
     model = build_model(config, seed=0)
     linear = sum(mod.weight.numel() for mod in model.modules()
                  if isinstance(mod, torch.nn.Linear) or type(mod).__name__ == "Conv1D")
-    # the tied LM head is a Linear in both families; embeddings are not counted
+    # the LM head is a Linear in every family, tied or not; embeddings are not counted
     assert matmul_params(dims_of(config)) == linear
 
 

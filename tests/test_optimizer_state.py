@@ -9,10 +9,12 @@ from mlsys.operators import coalesce, decoalesce
 from mlsys.vcycle.optimizer_state import TorchAdamState, map_adam_state
 from tests.tiny_models import inputs, make, perturb
 
-KINDS = ["bert-mlm", "gpt2"]
+KINDS = ["bert-mlm", "gpt2", "llama", "llama-untied"]  # llama: GQA 4:2, SwiGLU, RMSNorm
 NO_DROPOUT = {
     "bert-mlm": dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
     "gpt2": dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    "llama": dict(attention_dropout=0.0),
+    "llama-untied": dict(attention_dropout=0.0),
 }
 
 

@@ -16,6 +16,7 @@ PAPER = {
     "bert-base": ("bert", 12, 768, 12, 3072, 128, [1, 2, 1], 16, "zero2-bf16"),
     "bert-large": ("bert", 24, 1024, 16, 4096, 128, [1, 2, 3, 2, 1], 32, "zero3-bf16"),
     "gpt-base": ("gpt", 12, 768, 12, 3072, 512, [1, 2, 1], 16, "zero2-bf16"),
+    "llama-1b": ("llama", 16, 2048, 32, 8192, 2048, [1, 2, 1], 64, "zero3-bf16"),
 }
 
 
@@ -52,6 +53,7 @@ def test_gpu_ds_configs(name, stage):
 PAPER_TRANSITION = ("copy", "reset", 0.5, "all", 0.0)
 WIDTH_DETAIL = ("identity", "reset", 0.0, "width", 0.001)
 SHIPPED_VCYCLES = {"tiny-gpt-vcycle": WIDTH_DETAIL, "gpt-base": WIDTH_DETAIL,
+                   "tiny-llama-vcycle": WIDTH_DETAIL, "llama-1b": WIDTH_DETAIL,
                    "tiny-bert-vcycle": PAPER_TRANSITION, "bert-base": PAPER_TRANSITION,
                    "bert-large": PAPER_TRANSITION, "tiny-vit-vcycle": PAPER_TRANSITION,
                    "deit-s": PAPER_TRANSITION, "deit-b": PAPER_TRANSITION}
@@ -66,3 +68,27 @@ def test_shipped_vcycles_use_the_measured_best_transition(name):
     assert (v.depth_mapping, v.optimizer, v.alpha, v.interpolation, v.noise) == (
         SHIPPED_VCYCLES[name])
     assert max(p.level for p in load_run_config(ROOT / f"configs/{name}.yaml").phases) > 1
+
+
+def test_llama_1b_is_llama_3_2_1b_shaped_at_both_levels():
+    """GQA 32:8, tied, rotary theta 5e5; at a Llama-3 vocabulary (128256) the model has the
+    1.24B parameters of Llama-3.2-1B. Level 2 halves layers, width and both head counts and
+    keeps head_dim and the rotary settings. Built on the meta device: no memory, no time."""
+    import torch
+
+    from mlsys.models import hf_config, level_config, model_class
+
+    cfg = load_run_config(ROOT / "configs/llama-1b.yaml")
+    level1 = hf_config(cfg.model, 128256)
+    assert (level1.num_key_value_heads, level1.head_dim, level1.tie_word_embeddings) == (
+        8, 64, True)
+    with torch.device("meta"):
+        model = model_class(level1)(level1)
+    assert 1.23e9 < sum(p.numel() for p in model.parameters()) < 1.24e9
+    level2 = level_config(level1, 2, cfg.vcycle)
+    assert (level2.num_hidden_layers, level2.hidden_size, level2.num_attention_heads,
+            level2.num_key_value_heads, level2.intermediate_size, level2.head_dim) == (
+        8, 1024, 16, 4, 4096, 64)
+    assert level2.rope_parameters["rope_theta"] == 5e5
+    tiny = cfg.model_copy(update={"schedule": cfg.schedule.model_copy(update={"scale": 0.001})})
+    assert [tiny.phase_steps(i)[0] for i in range(3)] == [5, 50, 50]

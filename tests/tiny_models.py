@@ -9,6 +9,14 @@ from transformers import (
     BertForPreTraining,
     GPT2Config,
     GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 
 VOCAB, POSITIONS = 61, 16
@@ -25,18 +33,50 @@ def gpt2_config(hidden=32, heads=4, layers=4, **kw) -> GPT2Config:
                       n_positions=POSITIONS, bos_token_id=0, eos_token_id=0, **kw)
 
 
+DECODERS = {  # kind → (config class, model class)
+    "llama": (LlamaConfig, LlamaForCausalLM),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    "mistral": (MistralConfig, MistralForCausalLM),
+}
+
+
+def decoder_config(kind: str = "llama", hidden=32, heads=4, kv_heads=2, ffn=64, layers=4,
+                   **kw):
+    """A tiny Llama-style config (grouped-query attention ``heads``:``kv_heads``), no bos/eos."""
+    return DECODERS[kind][0](
+        hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        intermediate_size=ffn, num_hidden_layers=layers, vocab_size=VOCAB,
+        max_position_embeddings=POSITIONS, bos_token_id=None, eos_token_id=None, **kw)
+
+
+# Noise for decoders: Hugging Face rounds RMSNorm's output to float32 whatever the weights, and
+# the noise of ``perturb``'s default (0.3) makes the tiny nets sharp enough to amplify that
+# rounding to ~1e-4 in the logits; at 0.2 (logits of order 10) it stays ~1e-5.
+DECODER_NOISE = 0.2
+
+
+def make_decoder(kind: str = "llama", seed: int = 0, dtype=torch.float64, **kw):
+    """A perturbed tiny Llama-style model (float64 by default: its RMSNorm and rotary run in
+    float32 whatever the weights, so float64 weights leave only that rounding, ~1e-5)."""
+    torch.manual_seed(seed)
+    model = DECODERS[kind][1](decoder_config(kind, **kw)).to(dtype)
+    return perturb(model, seed, scale=DECODER_NOISE)
+
+
 def perturb(model: torch.nn.Module, seed: int = 0, scale: float = 0.3) -> torch.nn.Module:
     """Add noise to every parameter (LayerNorm γ/β and biases included), so no test passes
     just because weights sit at their initial values (zeros, ones)."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * scale)
+            p.add_((torch.randn(p.shape, generator=gen) * scale).to(p.dtype))
     return model.eval()
 
 
 def make(kind: str, seed: int = 0, **kw) -> torch.nn.Module:
-    """``kind``: bert-mlm, bert-pretraining, gpt2."""
+    """``kind``: bert-mlm, bert-pretraining, gpt2, llama (GQA 4:2, tied), llama-untied
+    (float32, as the other kinds)."""
     torch.manual_seed(seed)
     if kind == "bert-mlm":
         return perturb(BertForMaskedLM(bert_config(**kw)), seed)
@@ -44,6 +84,9 @@ def make(kind: str, seed: int = 0, **kw) -> torch.nn.Module:
         return perturb(BertForPreTraining(bert_config(**kw)), seed)
     if kind == "gpt2":
         return perturb(GPT2LMHeadModel(gpt2_config(**kw)), seed)
+    if kind in ("llama", "llama-untied"):
+        return make_decoder("llama", seed, torch.float32, tie_word_embeddings=kind == "llama",
+                            **kw)
     raise KeyError(kind)
 
 

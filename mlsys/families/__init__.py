@@ -9,9 +9,10 @@ from __future__ import annotations
 from mlsys.families.base import KINDS, TRAIN_TASK, WIDTH_SPACES, Axis, ConfigFields, Family
 from mlsys.families.bert import BERT
 from mlsys.families.gpt2 import GPT2
+from mlsys.families.llama import LLAMA, MISTRAL, QWEN2, QWEN3
 from mlsys.families.vit import DEIT, VIT
 
-FAMILIES: tuple[Family, ...] = (BERT, GPT2, VIT, DEIT)
+FAMILIES: tuple[Family, ...] = (BERT, GPT2, VIT, DEIT, LLAMA, QWEN2, QWEN3, MISTRAL)
 NAMES: tuple[str, ...] = tuple(f.name for f in FAMILIES)
 
 

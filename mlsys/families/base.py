@@ -3,12 +3,19 @@
 The operator table: which axis of which parameter lives in which space.
 
 A *space* is a width dimension shared across parameters. The operators change the size of
-``hidden``, ``qk``, ``v`` and ``ffn`` (``qk``/``v`` in whole heads, so head_dim never changes);
-every other space (``vocab``, ``pos``, ``type``, ``labels``) is fixed.
+``hidden``, ``qk``, ``v``, ``kv`` and ``ffn`` (``qk``/``v``/``kv`` in whole heads, so head_dim
+never changes); every other space (``vocab``, ``pos``, ``type``, ``labels``, ``head``) is fixed.
+``qk`` and ``v`` are query-head spaces (``heads × head_dim``: queries, keys and values of
+multi-head attention, and the attention output an output projection reads); ``kv`` is the
+key/value-head space of grouped-query attention (``kv_heads × head_dim``). Query heads and
+key/value heads both halve, so every query head keeps its key/value group (see
+``mlsys/operators/pairing.py``).
 
 An axis is *averaged* (outputs of a linear map, biases, LayerNorm, embedding columns: ``F`` on
 coalesce, duplicated on de-coalesce) or *summed* (inputs of a linear map: ``T`` on coalesce,
 averaged on de-coalesce). A fused axis (GPT-2's ``c_attn`` output) concatenates several spaces.
+LayerNorm and RMSNorm weights are averaged axes; a gated FFN (SwiGLU) has two maps with an
+``ffn`` output axis (gate and up, paired alike) and one with an ``ffn`` input axis (down).
 
 Around it, what the rest of the system looks up instead of naming a family: the Hugging Face
 config and model classes (by name, resolved lazily), the data kind it trains on (``causal``,
@@ -21,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-WIDTH_SPACES = ("hidden", "qk", "v", "ffn")
+WIDTH_SPACES = ("hidden", "qk", "v", "kv", "ffn")
 KINDS = ("causal", "masked", "vision")
 # The task a run of each data kind trains (a key of ``Family.tasks``).
 TRAIN_TASK = {"causal": "causal-lm", "masked": "masked-lm", "vision": "image-classification"}
@@ -53,7 +60,9 @@ def inp(*spaces: str) -> Axis:
 class ConfigFields:
     """Names of the Hugging Face config fields: the four the operators resize, and where the
     run config's ``max_position`` and ``vocab_size`` go (``positions`` None: the family has no
-    position limit; a classifier's "vocabulary" is its label set, ``num_labels``)."""
+    position limit; a classifier's "vocabulary" is its label set, ``num_labels``). Optional:
+    ``kv_heads`` (grouped-query attention; halved with the query heads, so an odd count is a
+    ``ValueError`` naming it) and ``head_dim`` (kept: head_dim never changes)."""
 
     hidden: str
     heads: str
@@ -62,6 +71,9 @@ class ConfigFields:
     vocab: str
     positions: str | None = None
     ffn_default_multiple: int | None = None  # ffn field may be None, meaning multiple × hidden
+    kv_heads: str | None = None  # grouped-query attention: the key/value head count (None in
+    #                              the config: as many as query heads)
+    head_dim: str | None = None  # an explicit head size (None in the config: hidden / heads)
 
 
 @dataclass(frozen=True)
@@ -76,7 +88,10 @@ class Family:
     ``model.extra``). ``extra_tokens``: vision only, tokens per image besides the patches.
     FLOPs (``mlsys.flops``): ``lm_head`` (a ``hidden × vocab`` output projection is counted),
     ``head_transform`` (one more ``hidden × hidden`` map before it, BERT's MLM transform),
-    ``patch_embedding`` (a ``channels·patch² × hidden`` input projection per token).
+    ``patch_embedding`` (a ``channels·patch² × hidden`` input projection per token),
+    ``ffn_maps`` (linear maps per layer that read or write the ffn space: 2, or 3 when gated).
+    ``layer_fields``: config fields holding one entry per layer (Qwen2's ``layer_types``):
+    depth coalescing keeps the first half when every entry is equal, else ``ValueError``.
     ``image_processor``: vision only, the Hugging Face image processor class an export ships.
 
     ``globals``: parameter name → axes, for parameters outside the repeated layers.
@@ -107,6 +122,8 @@ class Family:
     lm_head: bool = True
     head_transform: bool = False
     patch_embedding: bool = False
+    ffn_maps: int = 2
+    layer_fields: tuple[str, ...] = ()
     image_processor: str | None = None
 
     def __post_init__(self) -> None:

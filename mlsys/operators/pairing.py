@@ -1,7 +1,9 @@
 """Unit pairing and the per-axis maps F (average pairs) and T (duplicate).
 
 A space of size ``D`` is made of ``D / unit`` units (``unit`` = head_dim in the qk and v spaces,
-1 elsewhere). Scheme ``stride`` pairs unit i with unit i + n/2; ``adjacent`` pairs 2i with 2i+1.
+1 elsewhere; under grouped-query attention a key/value head in ``kv`` and a whole group of
+query heads in ``qk`` and ``v``, see ``Sizes.unit``). Scheme ``stride`` pairs unit i with
+unit i + n/2; ``adjacent`` pairs 2i with 2i+1.
 Pair k of the large space becomes unit k of the small one.
 """
 

@@ -134,7 +134,7 @@ def main(out_path: str) -> None:
     deepspeed.init_distributed(dist_backend="gloo")
     zero3_building(True)
     checks: dict[str, float] = {}
-    for kind in ("bert-pretraining", "gpt2"):
+    for kind in ("bert-pretraining", "gpt2", "llama"):
         for scheme, mapping in (("stride", "copy"), ("adjacent", "identity")):
             model = make(kind)
             sharded = partitioned_copy(model)

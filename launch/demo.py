@@ -23,7 +23,7 @@ from launch.train import validate
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--baseline", default="configs/tiny-bert-baseline.yaml")
-    p.add_argument("--vcycle", default="configs/tiny-bert-vcycle.yaml")
+    p.add_argument("--vcycle", "--config", dest="vcycle", default="configs/tiny-bert-vcycle.yaml")
     p.add_argument("--ds_config", default="configs/ds/zero1.json")
     p.add_argument("--run-dir", default="runs/demo", help="runs go to RUN_DIR/<name>")
     p.add_argument("--nproc", type=int, default=2)

@@ -80,3 +80,18 @@ def test_a_run_stored_before_a_new_default_still_resumes(tmp_path):
     assert not _same_config(cfg, run)
     run.run_config.write_text("{not json")
     assert not _same_config(cfg, run)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5])
+def test_a_run_keeps_its_schedule_section(scale, tmp_path):
+    """``schedule.scale`` is added to a run's own schedule section, never replaces it (a
+    ``span: run`` V-cycle once ran with per-phase schedules this way)."""
+    cfgs = run_configs(load_profile("cpu-small", ROOT), "gpt", tmp_path, scale=scale)
+    spans = {}
+    for name, cfg in cfgs.items():
+        cfg = {k: v for k, v in cfg.items() if k != "fork"}
+        parsed = parse_run_config(cfg, source=name)
+        assert parsed.schedule.scale == scale
+        spans[name] = parsed.schedule.span
+    assert spans["vcycle2-wsd-lr4e-3"] == "run" and spans["growth-wsd-lr4e-3"] == "run"
+    assert spans["vcycle2-wsdphase-lr4e-3"] == "phase" and spans["baseline-lr4e-3"] == "phase"

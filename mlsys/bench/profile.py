@@ -230,7 +230,7 @@ def run_configs(profile: Profile, family: str, out: Path, scale: float = 1.0
     configs, totals = {}, {}
     for name, run in expand(profile.runs, grid).items():
         cfg = _merged(shared, run)
-        cfg["schedule"] = {"scale": scale}
+        cfg["schedule"] = {**cfg.get("schedule", {}), "scale": scale}
         cfg["name"] = f"{family}-{name}"
         cfg["run_dir"] = str(out / name)
         fork = cfg.pop("fork", None)

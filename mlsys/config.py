@@ -6,7 +6,9 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
     run_dir: runs/tiny-bert-vcycle
     model:                          # the level-1 (full size) model
       family: bert                  # a registered family (mlsys/families/): bert, gpt, vit,
-                                    # deit; vision families read image data (extra: image_size,
+                                    # deit, llama, qwen2, qwen3, mistral (GQA and the rest via
+                                    # extra: num_key_value_heads, tie_word_embeddings, ...);
+                                    # vision families read image data (extra: image_size,
                                     # patch_size; seq_length = tokens per image:
                                     # (image_size/patch_size)^2 + the family's extra tokens)
       hidden_size: 128

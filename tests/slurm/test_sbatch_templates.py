@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from mlsys.config import load_run_config
@@ -24,10 +25,11 @@ RESOURCES = ["--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=2", "--cpus-pe
              "--time=30"]
 
 
-def tiny_config(tmp: Path, scale: float, checkpoint_every: int) -> tuple[Path, int]:
-    """The repository's tiny CPU V-cycle (configs/tiny-bert-vcycle.yaml), its phases scaled by
-    ``schedule.scale``, writing to tmp/run; (config path, total steps)."""
-    cfg = yaml.safe_load((ROOT / TINY).read_text())
+def tiny_config(tmp: Path, scale: float, checkpoint_every: int, tiny: str = TINY
+                ) -> tuple[Path, int]:
+    """A repository tiny CPU V-cycle (default configs/tiny-bert-vcycle.yaml), its phases scaled
+    by ``schedule.scale``, writing to tmp/run; (config path, total steps)."""
+    cfg = yaml.safe_load((ROOT / tiny).read_text())
     cfg["run_dir"] = str(tmp / "run")
     cfg["schedule"] = {"scale": scale}
     cfg["train"]["checkpoint_every"] = checkpoint_every
@@ -37,10 +39,11 @@ def tiny_config(tmp: Path, scale: float, checkpoint_every: int) -> tuple[Path, i
     return path, load_run_config(path).total_steps
 
 
-def submit(tmp: Path, env: dict[str, str], config: Path) -> tuple[int, Path]:
+def submit(tmp: Path, env: dict[str, str], config: Path, template: str = TEMPLATE
+           ) -> tuple[int, Path]:
     log = tmp / "job.out"
     job_env = {**env, "CONFIG": str(config), "DS_CONFIG": "configs/ds/zero1.json"}
-    return sbatch([*RESOURCES, f"--output={log}", TEMPLATE], job_env), log
+    return sbatch([*RESOURCES, f"--output={log}", template], job_env), log
 
 
 def step_records(run: Path) -> list[int]:
@@ -79,9 +82,11 @@ def test_srun_maps_slurm_env_for_each_task(slurm_env, tmp_path):
     assert {e["MASTER_PORT"] for e in lines} == {str(20000 + job % 10000)}
 
 
-def test_template_trains_tiny_vcycle_to_final(slurm_env, tmp_path):
-    config, total = tiny_config(tmp_path, 0.05, checkpoint_every=0)  # 1 + 8 + 8 steps
-    job, log = submit(tmp_path, slurm_env, config)
+@pytest.mark.parametrize("template, tiny", [
+    (TEMPLATE, TINY), ("launch/slurm/llama-1b.sbatch", "configs/tiny-llama-vcycle.yaml")])
+def test_template_trains_tiny_vcycle_to_final(slurm_env, tmp_path, template, tiny):
+    config, total = tiny_config(tmp_path, 0.05, checkpoint_every=0, tiny=tiny)  # 1 + 8 + 13
+    job, log = submit(tmp_path, slurm_env, config, template)
     info = wait_done(job, slurm_env, JOB_TIMEOUT, log)
     assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "0"), \
         log.read_text()[-4000:]
@@ -98,7 +103,7 @@ def _first_checkpoint(run: Path) -> bool:
 def _interrupt_and_check(tmp_path: Path, slurm_env: dict[str, str], interrupt: list[str]):
     """Start a run, interrupt it right after its first checkpoint, let SLURM requeue it, and
     check that the second start resumed from a checkpoint and finished."""
-    config, total = tiny_config(tmp_path, 0.2, checkpoint_every=5)  # 4 + 30 + 30 steps
+    config, total = tiny_config(tmp_path, 0.2, checkpoint_every=5)  # 4 + 30 + 52 steps
     run = tmp_path / "run"
     job, log = submit(tmp_path, slurm_env, config)
     wait_for("the first checkpoint", lambda: _first_checkpoint(run), JOB_TIMEOUT, log)

@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ds_config", default="configs/ds/zero1.json", help="--overhead: ZeRO")
     p.add_argument("--steps", type=int, default=60, help="--overhead: steps a run")
     p.add_argument("--repeats", type=int, default=3, help="--overhead: A B pairs")
+    p.add_argument("--log-every", type=int, default=1, help="--overhead: steps per record")
+    p.add_argument("--data-workers", type=int, default=1,
+                   help="--overhead: data loader processes per rank")
     args = p.parse_args(argv)
     from mlsys.bench.overhead import measure
     from mlsys.bench.runner import benchmark, transitions_check
@@ -54,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.overhead:
             measure(ROOT, Path(args.out), args.profile, args.family, args.ds_config, args.ranks,
-                    args.steps, args.repeats)
+                    args.steps, args.repeats, log_every=args.log_every,
+                    data_workers=args.data_workers)
         elif args.transitions:
             transitions_check(args.transitions, Path(args.out), ROOT)
         else:

@@ -2,8 +2,10 @@
 the same model, data, batch and ZeRO stage, alternating A B A B in one invocation so both
 see the same machine. The controller's step time is the wall time between consecutive step
 records (everything it does per step: data, step, stop flag, record, progress); the plain
-loop's is the time of each step. Medians after ``warmup`` steps; the ratio of medians minus 1
-is the overhead."""
+loop's is measured over the *same* windows of steps (its per-step times summed between the
+controller's record steps: a median of single steps would leave out the slow steps a window
+mean includes). Medians after ``warmup`` steps; the ratio of medians minus 1 is the
+overhead."""
 
 from __future__ import annotations
 
@@ -23,10 +25,11 @@ from mlsys.train.rundir import RunDir
 
 
 def run_config(root: Path, out: Path, profile: str, family: str, steps: int,
-               log_every: int, ranks: int = 1) -> dict[str, Any]:
+               log_every: int, ranks: int = 1, data_workers: int = 1) -> dict[str, Any]:
     """One phase of ``steps`` steps at level 1 of a profile family's shape (the issue measured
     cpu-small's GPT-2), the global batch shared out over ``ranks``; evaluation only at the
-    end, no checkpoints."""
+    end, no checkpoints; a step record every ``log_every`` steps, ``data_workers`` loader
+    processes per rank."""
     family = dict(load_profile(profile, root).families[family])
     family.pop("lr_grid", None)
     cfg = {**family, "name": "overhead", "run_dir": str(out / "run"),
@@ -35,29 +38,42 @@ def run_config(root: Path, out: Path, profile: str, family: str, steps: int,
     train = cfg["train"]
     micro = min(train["micro_batch_size"], train["global_batch_size"] // ranks)
     cfg["train"] = {**train, "micro_batch_size": micro, "eval_every": 10 * steps,
-                    "checkpoint_every": 0, "log_every": log_every}
+                    "checkpoint_every": 0, "log_every": log_every,
+                    "data_workers": data_workers}
     return cfg
 
 
-def _median_after(values: list[float], warmup: int) -> float:
-    return statistics.median(values[warmup:])
-
-
-def controller_seconds(run_dir: Path, warmup: int) -> float:
-    """Median seconds per step between consecutive step records from step ``warmup`` on,
-    leaving out the last interval (it holds the final evaluation)."""
-    steps = [r for r in read_metrics(RunDir(run_dir).metrics) if r["event"] == "step"]
-    walls = [(r["step"], r["wall"]) for r in steps]
+def window_seconds(walls: list[tuple[int, float]], warmup: int) -> list[float]:
+    """Seconds per step in each window between consecutive (step, wall) points from step
+    ``warmup`` on, leaving out the last window (the controller's holds the final
+    evaluation)."""
     per_step = [(w1 - w0) / (s1 - s0) for (s0, w0), (s1, w1)
                 in zip(walls, walls[1:], strict=False) if s0 >= warmup]
-    return statistics.median(per_step[:-1])
+    return per_step[:-1]
+
+
+def record_walls(run_dir: Path) -> list[tuple[int, float]]:
+    """(global step, wall seconds) of every step record of a run."""
+    return [(r["step"], r["wall"]) for r in read_metrics(RunDir(run_dir).metrics)
+            if r["event"] == "step"]
+
+
+def plain_walls(seconds: list[float], steps: list[int]) -> list[tuple[int, float]]:
+    """The plain loop's cumulative wall time at each of ``steps`` (global steps, 1-based) from
+    the seconds of its every step."""
+    total, cumulative = 0.0, [0.0]
+    for x in seconds:
+        total += x
+        cumulative.append(total)
+    return [(k, cumulative[k]) for k in steps]
 
 
 def measure(root: Path, out: Path, profile: str, family: str, ds_config: str, ranks: int,
-            steps: int, repeats: int, warmup: int = 10, log_every: int = 1) -> dict[str, Any]:
+            steps: int, repeats: int, warmup: int = 10, log_every: int = 1,
+            data_workers: int = 1) -> dict[str, Any]:
     """A B A B ...: the controller (``launch.train``) and the plain loop, ``repeats`` each."""
     out.mkdir(parents=True, exist_ok=True)
-    cfg = run_config(root, out, profile, family, steps, log_every, ranks)
+    cfg = run_config(root, out, profile, family, steps, log_every, ranks, data_workers)
     path = write_text(out / "overhead.yaml", yaml.safe_dump(cfg, sort_keys=False))
     env = dict(os.environ, DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"))
     ours, plain = [], []
@@ -67,7 +83,8 @@ def measure(root: Path, out: Path, profile: str, family: str, ds_config: str, ra
                          cwd=str(root))
         if code:
             raise RuntimeError(f"controller run {i} exited {code}")
-        ours.append(controller_seconds(Path(cfg["run_dir"]), warmup))
+        walls = record_walls(Path(cfg["run_dir"]))
+        ours.append(statistics.median(window_seconds(walls, warmup)))
         times = out / f"plain{i}.json"
         code = run_ranks("mlsys.bench.plain_loop", ["--config", str(path), "--ds_config",
                                                     ds_config, "--steps", str(steps),
@@ -75,12 +92,14 @@ def measure(root: Path, out: Path, profile: str, family: str, ds_config: str, ra
                          cwd=str(root))
         if code:
             raise RuntimeError(f"plain loop run {i} exited {code}")
-        plain.append(_median_after(json.loads(times.read_text())["seconds"], warmup))
+        plain_seconds = json.loads(times.read_text())["seconds"]
+        same = plain_walls(plain_seconds, [k for k, _ in walls])
+        plain.append(statistics.median(window_seconds(same, warmup)))
         print(f"pair {i + 1}: controller {ours[-1]:.4f} s/step, plain {plain[-1]:.4f} s/step "
               f"({ours[-1] / plain[-1] - 1:+.1%})", flush=True)
     result = {"profile": profile, "family": family, "ranks": ranks, "ds_config": ds_config,
-              "steps": steps, "warmup": warmup,
-              "log_every": log_every, "controller_seconds": ours, "plain_seconds": plain,
+              "steps": steps, "warmup": warmup, "log_every": log_every,
+              "data_workers": data_workers, "controller_seconds": ours, "plain_seconds": plain,
               "controller_median": statistics.median(ours),
               "plain_median": statistics.median(plain)}
     result["overhead"] = result["controller_median"] / result["plain_median"] - 1.0

@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     from mlsys.ds_config import load_ds_config, resolve_ds_config
     from mlsys.models import build_model, hf_config, level_config
     from mlsys.train.engine import build_engine
+    from mlsys.train.monitor import without_monitors
     from mlsys.train.schedule import phase_schedule
 
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
@@ -46,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     accum = g // (micro * world_size())
     data = build_run_data(cfg, cfg.train_samples, cfg.train.eval_batches * g)
     config = level_config(hf_config(cfg.model, data.vocab_size), cfg.phases[0].level, cfg.vcycle)
-    engine = build_engine(build_model(config, cfg.train.seed), ds, cfg.train, cfg.phases[0].lr,
-                          phase_schedule(cfg, 0))
+    engine = build_engine(build_model(config, cfg.train.seed), without_monitors(ds), cfg.train,
+                          cfg.phases[0].lr, phase_schedule(cfg, 0))
     device = torch.device(get_accelerator().current_device_name())
     seconds = []
     for step in range(args.steps):

@@ -43,7 +43,7 @@ from mlsys.train.resume import open_run
 from mlsys.train.rundir import RunDir
 from mlsys.train.schedule import phase_schedule
 from mlsys.train.state import ControllerState
-from mlsys.train.step import LossWindow, check_finite, grad_norm, train_step
+from mlsys.train.step import LossWindow, WindowMeans, check_finite, grad_norm, train_step
 from mlsys.vcycle import transition
 from mlsys.vcycle.symmetry import DropoutWindow
 
@@ -145,7 +145,8 @@ class Controller:
         """Train the rest of the current phase; False if stopped by a signal. The next
         micro-batches are prepared while a step runs; losses stay on the device until a step
         record is written (every ``log_every`` steps and before every evaluation, checkpoint
-        and phase end), the one host sync of that interval."""
+        and phase end), the one host sync of that interval. The ranks agree on a stop signal
+        at that record, so a signal is honoured within ``log_every`` steps."""
         s, t, v = self.state, self.cfg.train, self.cfg.vcycle
         steps, _ = self.cfg.phase_steps(s.phase)
         level = self.cfg.phases[s.phase].level
@@ -164,33 +165,34 @@ class Controller:
             s.advance(g, g * self.cfg.data.seq_length, self.step_flops[level])
             evaluate = s.step_in_phase == steps or s.global_step % t.eval_every == 0
             checkpoint = bool(t.checkpoint_every) and s.global_step % t.checkpoint_every == 0
-            stop = self.stop.poll()
-            if evaluate or checkpoint or stop or s.global_step % t.log_every == 0:
-                loss = self._log_steps(window, level, rate)
-                bar.update(s.global_step, f"phase {s.phase} L{level} loss {loss:.3f} "
-                           f"val {self.last_val or float('nan'):.3f}")
+            if not (evaluate or checkpoint or s.global_step % t.log_every == 0):
+                continue
+            means = self._log_steps(window, level, rate)
+            bar.update(s.global_step, f"phase {s.phase} L{level} loss {means.loss:.3f} "
+                       f"val {self.last_val or float('nan'):.3f}")
             if evaluate:
                 self._evaluate()
             if checkpoint:
                 self._checkpoint()
-            if stop:
+            if means.stop:
                 data.close()
                 self._checkpoint()
                 self._record("preempted", signal=self.stop.signal)
                 return False
         return True
 
-    def _log_steps(self, window: LossWindow, level: int, rate: float | None) -> float:
+    def _log_steps(self, window: LossWindow, level: int, rate: float | None) -> WindowMeans:
         """The step record of the steps since the last one (their mean loss), after checking
-        that the loss and the last gradient norm are finite."""
+        that the loss and the last gradient norm are finite; the ranks' stop flags agreed."""
         s = self.state
-        loss, lr, seconds = window.close()
-        for what, value in (("the training loss", loss), ("the gradient norm",
-                                                           grad_norm(self.engine))):
+        means = window.close(stop=self.stop.local)
+        for what, value in (("the training loss", means.loss),
+                            ("the gradient norm", grad_norm(self.engine))):
             check_finite(what, value, s.global_step, s.phase, level)
         extra = {} if rate is None else {"dropout": rate}
-        self._record("step", loss=loss, lr=lr, seconds=seconds, wall=self._wall(), **extra)
-        return loss
+        self._record("step", loss=means.loss, lr=means.lr, seconds=means.seconds,
+                     wall=self._wall(), **extra)
+        return means
 
     def _transition(self) -> None:
         """Move to the next phase's level on a new engine (``mlsys.vcycle.transition``). With

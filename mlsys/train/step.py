@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,10 +23,12 @@ def train_step(engine: Any, micro_batches: Iterable[dict[str, torch.Tensor]],
     total: torch.Tensor | None = None
     count = 0
     for batch in micro_batches:
-        out = engine(**{k: v.to(device, non_blocking=True) for k, v in batch.items()})
-        engine.backward(out.loss)
+        # Only the loss is kept: holding the whole output (the logits) through backward and
+        # step keeps a vocabulary-sized tensor alive that the allocator could reuse.
+        loss = engine(**{k: v.to(device, non_blocking=True) for k, v in batch.items()}).loss
+        engine.backward(loss)
         engine.step()
-        loss = out.loss.detach().float()
+        loss = loss.detach().float()
         total = loss if total is None else total + loss
         count += 1
     assert total is not None, "a step needs at least one micro-batch"
@@ -35,7 +38,8 @@ def train_step(engine: Any, micro_batches: Iterable[dict[str, torch.Tensor]],
 class LossWindow:
     """The steps since the last step record: their losses summed on the device, their count,
     the lr of the last one, and the time since the window opened. ``close()`` is the one host
-    sync (and, with several ranks, the one all-reduce) per record."""
+    sync (and, with several ranks, the one all-reduce) per record; the ranks' stop flags ride
+    on that all-reduce."""
 
     def __init__(self) -> None:
         self.reset()
@@ -57,17 +61,31 @@ class LossWindow:
         self.steps += 1
         self.lr = lr
 
-    def close(self) -> tuple[float, float, float]:
-        """(mean loss over the window's steps and every rank, lr of its last step, seconds
-        per step); starts the next window."""
-        total = self.total.detach().double().reshape(1)
+    def close(self, stop: bool = False) -> WindowMeans:
+        """The window's means over its steps and every rank, and whether any rank asked to
+        ``stop``; starts the next window. Collective: every rank calls it at the same step."""
+        sums = torch.stack([self.total.detach().double().reshape(()),
+                            torch.tensor(float(stop), dtype=torch.float64,
+                                         device=self.total.device)])
         if world_size() > 1:
-            dist.all_reduce(total)
-        mean = float(total.item()) / (self.steps * world_size())
-        seconds = (time.perf_counter() - self.opened) / self.steps
-        lr = self.lr
+            dist.all_reduce(sums)
+        loss_sum, stops = sums.tolist()
+        means = WindowMeans(loss=loss_sum / (self.steps * world_size()), lr=self.lr,
+                            seconds=(time.perf_counter() - self.opened) / self.steps,
+                            stop=stops > 0)
         self.reset()
-        return mean, lr, seconds
+        return means
+
+
+@dataclass(frozen=True)
+class WindowMeans:
+    """What a step record reports: the mean loss of the window's steps over every rank, the
+    lr of its last step, seconds per step, and whether any rank was asked to stop."""
+
+    loss: float
+    lr: float
+    seconds: float
+    stop: bool
 
 
 class NonFiniteError(RuntimeError):

@@ -75,6 +75,9 @@ def test_a_run_stored_before_a_new_default_still_resumes(tmp_path):
     del stored["train"]["log_every"]  # as written by a version without the field
     run.run_config.write_text(json.dumps(stored))
     assert _same_config(cfg, run)
+    stored["train"].update(checkpoint_every=1100, keep_checkpoints=9)  # a fork added since
+    run.run_config.write_text(json.dumps(stored))
+    assert _same_config(cfg, run)
     stored["phases"][0]["lr"] = 123.0
     run.run_config.write_text(json.dumps(stored))
     assert not _same_config(cfg, run)
@@ -95,3 +98,18 @@ def test_a_run_keeps_its_schedule_section(scale, tmp_path):
         spans[name] = parsed.schedule.span
     assert spans["vcycle2-wsd-lr4e-3"] == "run" and spans["growth-wsd-lr4e-3"] == "run"
     assert spans["vcycle2-wsdphase-lr4e-3"] == "phase" and spans["baseline-lr4e-3"] == "phase"
+
+
+def test_a_step_sweep_sets_the_last_phase_and_forks_after_the_small_phase(tmp_path):
+    """``sweep.steps`` on a V-cycle sets its last phase's length: the same cycle at smaller
+    budgets, branched from the full cycle's checkpoint after the up-transition."""
+    cfgs = run_configs(load_profile("cpu-small", ROOT), "gpt", tmp_path)
+    full = cfgs["vcycle2-wsd-lr4e-3"]
+    for steps in (625, 1125):
+        short = cfgs[f"vcycle2-wsd-budget-lr4e-3-s{steps}"]
+        assert [p["steps"] for p in short["phases"]] == [100, 1000, steps]
+        assert [p["lr"] for p in short["phases"]] == [p["lr"] for p in full["phases"]]
+        assert short["fork"] == {"from": "vcycle2-wsd-lr4e-3", "step": 1100}
+        parsed = parse_run_config({k: v for k, v in short.items() if k != "fork"}, source="s")
+        assert parsed.schedule.span == "run" and parsed.total_steps == 1100 + steps
+    assert [p["steps"] for p in cfgs["wsd-lr4e-3-s500"]["phases"]] == [500]

@@ -23,8 +23,9 @@ the runs, each adding its own sections (``phases``, ``vcycle``, ...)::
 
 A ``sweep`` expands a run into one run per grid point: ``lr`` sets level 1's lr and scales
 every other phase's by the same factor (the declared ratios between levels are the level lr
-rule), ``steps`` sets a one-phase run's length. A fork from a swept run branches from
-the variant with the same lr.
+rule), ``steps`` sets the length of the run's last phase (a one-phase run's length; a
+V-cycle's final phase, for the same cycle at several budgets). A fork from a swept run
+branches from the variant with the same lr.
 
 ``load_profile`` raises ``ConfigError`` naming the file and field; ``run_configs`` gives the
 run configs of one family (each validated by ``mlsys.config`` before anything trains).
@@ -65,7 +66,7 @@ class Fork(_Strict):
 
 class Sweep(_Strict):
     """``lr``: values, or ``grid`` (the family's ``lr_grid``) or ``mid`` (its two middle
-    points); ``steps``: lengths of a one-phase run."""
+    points); ``steps``: lengths of the run's last phase."""
 
     lr: list[float] | Literal["grid", "mid"] = Field(default_factory=list)
     steps: list[int] = Field(default_factory=list)
@@ -93,9 +94,9 @@ class Profile(_Strict):
         names = list(self.runs)
         for i, (name, run) in enumerate(self.runs.items()):
             sweep = _section(Sweep, run, "sweep", name)
-            if sweep.steps and len(run.get("phases", [])) != 1:
-                raise ValueError(f"runs.{name}.sweep.steps: only a one-phase run's length is "
-                                 "swept")
+            if sweep.steps and not run.get("phases"):
+                raise ValueError(f"runs.{name}.sweep.steps: the run has no phases to set the "
+                                 "last one's length")
             if "fork" not in run:
                 continue
             fork = _section(Fork, run, "fork", name)
@@ -153,7 +154,7 @@ def expand(runs: dict[str, dict[str, Any]], grid: list[float] | None = None
                                      for p in cfg["phases"]]
                     suffix += f"-lr{_tag(lr)}"
                 if steps is not None:
-                    cfg["phases"][0]["steps"] = steps
+                    cfg["phases"][-1]["steps"] = steps
                     suffix += f"-s{steps}"
                 if "fork" in cfg:
                     source = variants[cfg["fork"]["from"]]

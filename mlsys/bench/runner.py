@@ -23,15 +23,23 @@ from mlsys.train.checkpoint import fork_run
 from mlsys.train.metrics import read_metrics
 from mlsys.train.rundir import RunDir
 
+BOOKKEEPING = ("checkpoint_every", "keep_checkpoints")  # train fields that change no number
+
 
 def _same_config(cfg: dict[str, Any], run: RunDir) -> bool:
     """True if ``run`` was started with this run config (so it may be resumed). The stored
-    config is validated again, so a field added since with its default counts as unchanged."""
+    config is validated again, so a field added since with its default counts as unchanged;
+    how often checkpoints are kept (``BOOKKEEPING``, which ``run_configs`` raises for a run
+    that gains a fork) is not a different run: a fork then finds its checkpoint or says which
+    ones exist."""
     if not run.run_config.is_file():
         return False
 
     def canonical(raw: dict[str, Any], source: str) -> Any:
-        return json.loads(json.dumps(parse_run_config(raw, source=source).model_dump()))
+        data = json.loads(json.dumps(parse_run_config(raw, source=source).model_dump()))
+        for key in BOOKKEEPING:
+            data["train"].pop(key)
+        return data
 
     wanted = canonical(cfg, cfg["name"])
     try:

@@ -64,3 +64,33 @@ def test_gap_at_equal_flops_against_the_baseline_curve():
     # the run ends at 250 FLOPs with 3.9; the baseline is at 3.5 there
     assert row["gap_at_equal_flops"] == pytest.approx(0.4)
     assert summarize("v", 2, _records(), 4.0, None, 1)["gap_at_equal_flops"] is None
+
+
+def test_frontier_from_smoothed_and_from_last_evaluations(tmp_path):
+    """Measure (b) twice: on the frontier of smoothed final losses and on the frontier of
+    last evaluations (a steep decay at a run's end is penalised by the trailing mean only)."""
+    import json
+
+    from mlsys.bench.report import compare
+
+    def run(name: str, levels: list[int], evals: list[tuple[float, float]]) -> dict:
+        root = tmp_path / name
+        root.mkdir()
+        lines = [{"event": "eval", "step": i, "phase": 0, "level": 1, "flops": f, "wall": 0.0,
+                  "val_loss": v} for i, (f, v) in enumerate(evals, 1)]
+        lines.append({"event": "end", "step": len(evals), "flops": evals[-1][0], "wall": 1.0})
+        (root / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        return {"run_dir": str(root), "phases": [{"level": lv, "lr": 1e-3} for lv in levels]}
+
+    configs = {"short": run("short", [1], [(50.0, 6.0), (100.0, 4.0)]),
+               "long": run("long", [1], [(100.0, 5.0), (200.0, 3.0)]),
+               "vcycle": run("vcycle", [1, 2, 1], [(75.0, 5.0), (150.0, 3.5)])}
+    result = compare(configs, window=2)
+    assert result["target"] == "long" and result["target_val_loss"] == pytest.approx(4.0)
+    assert result["frontier"] == [(100.0, 5.0), (200.0, 4.0)]
+    assert result["frontier_last_eval"] == [(100.0, 4.0), (200.0, 3.0)]
+    row = {r["name"]: r for r in result["runs"]}["vcycle"]
+    # smoothed 4.25: a quarter of the way from 5.0 to 4.0 in log-FLOPs between 100 and 200
+    assert row["saving_frontier"] == pytest.approx(1 - 150.0 / (100.0 * 2 ** 0.75))
+    # last eval 3.5: half way from 4.0 to 3.0
+    assert row["saving_frontier_last_eval"] == pytest.approx(1 - 150.0 / (100.0 * 2 ** 0.5))

@@ -70,6 +70,15 @@ def test_shipped_vcycles_use_the_measured_best_transition(name):
     assert max(p.level for p in load_run_config(ROOT / f"configs/{name}.yaml").phases) > 1
 
 
+@pytest.mark.parametrize("name", ["tiny-gpt-vcycle", "gpt-base", "tiny-llama-vcycle", "llama-1b"])
+def test_shipped_decoder_vcycles_use_one_wsd_schedule_over_the_run(name):
+    """README, "Tuned comparison": on cpu-small one WSD schedule spanning the whole V-cycle
+    (no decay before a transition, no re-warm after it beyond the fresh Adam's warmup) beat
+    per-phase linear and per-phase WSD schedules."""
+    cfg = load_run_config(ROOT / f"configs/{name}.yaml")
+    assert (cfg.train.decay, cfg.schedule.span) == ("wsd", "run")
+
+
 def test_llama_1b_is_llama_3_2_1b_shaped_at_both_levels():
     """GQA 32:8, tied, rotary theta 5e5; at a Llama-3 vocabulary (128256) the model has the
     1.24B parameters of Llama-3.2-1B. Level 2 halves layers, width and both head counts and

@@ -94,3 +94,4 @@ def test_frontier_from_smoothed_and_from_last_evaluations(tmp_path):
     assert row["saving_frontier"] == pytest.approx(1 - 150.0 / (100.0 * 2 ** 0.75))
     # last eval 3.5: half way from 4.0 to 3.0
     assert row["saving_frontier_last_eval"] == pytest.approx(1 - 150.0 / (100.0 * 2 ** 0.5))
+    assert row["saving_frontier_at_least"] == pytest.approx(1 - 150.0 / 200.0)

@@ -61,6 +61,9 @@ def compare(configs: dict[str, dict[str, Any]], window: int) -> dict[str, Any]:
         need = frontier_flops(last_envelope, row["final_val_loss"])
         row["saving_frontier_last_eval"] = None if need is None else \
             1.0 - row["flops_total"] / need
+        # below the whole frontier: the saving is at least this (negative: the run used more
+        # FLOPs than the frontier's largest budget, so (b) says nothing)
+        row["saving_frontier_at_least"] = 1.0 - row["flops_total"] / envelope[-1][0]
         rows.append(row)
     return {"target": best, "target_val_loss": target, "frontier": envelope,
             "frontier_last_eval": last_envelope,
@@ -158,9 +161,17 @@ def markdown(rows: list[dict[str, Any]]) -> str:
                    f"{f(r['final_val_loss_smoothed'], '.4f')} / {f(r['final_val_loss'], '.4f')} | "
                    f"{r['flops_total']:.3g} | {gap} | "
                    f"{f(r['flops_to_target'], '.3g')} | {f(r['saving_flops'], '+.1%')} | "
-                   f"{_fmt(r['saving_frontier'], '+.1%', 'below the frontier')} / "
-                   f"{_fmt(r.get('saving_frontier_last_eval'), '+.1%', 'below')} | {jumps} |")
+                   f"{_fmt(r['saving_frontier'], '+.1%', _below(r))} / "
+                   f"{_fmt(r.get('saving_frontier_last_eval'), '+.1%', _below(r))} | {jumps} |")
     return "\n".join(out)
+
+
+def _below(row: dict[str, Any]) -> str:
+    """(b) for a run that ends below the whole frontier: a lower bound, or why there is none."""
+    bound = row.get("saving_frontier_at_least")
+    if bound is None or bound < 0:
+        return "below the frontier, with more FLOPs than it spans"
+    return f"below the frontier: ≥ {bound:+.1%}"
 
 
 def compare_pair(configs: dict[str, dict[str, Any]], out: Path, window: int = 3) -> str:

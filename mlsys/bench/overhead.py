@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +62,7 @@ def record_walls(run_dir: Path) -> list[tuple[int, float]]:
 def plain_walls(seconds: list[float], steps: list[int]) -> list[tuple[int, float]]:
     """The plain loop's cumulative wall time at each of ``steps`` (global steps, 1-based) from
     the seconds of its every step."""
-    total, cumulative = 0.0, [0.0]
-    for x in seconds:
-        total += x
-        cumulative.append(total)
+    cumulative = list(accumulate(seconds, initial=0.0))
     return [(k, cumulative[k]) for k in steps]
 
 

@@ -126,6 +126,20 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
                 print(f"   {name}: done", flush=True)
 
 
+def select_runs(configs: dict[str, dict[str, Any]], runs: list[str]
+                ) -> dict[str, dict[str, Any]]:
+    """The configs named by ``runs``: a run's full name (``wsd-lr2e-3-s500``) or a profile
+    entry's name (``wsd``: all its sweep points). A name that matches nothing is an error."""
+    def matches(name: str, wanted: str) -> bool:
+        return name == wanted or name.startswith((f"{wanted}-lr", f"{wanted}-s"))
+
+    unknown = [r for r in runs if not any(matches(n, r) for n in configs)]
+    if unknown:
+        raise ConfigError(f"--runs: {', '.join(unknown)} matches no run of this profile "
+                          f"(runs: {', '.join(configs)})")
+    return {n: c for n, c in configs.items() if any(matches(n, r) for r in runs)}
+
+
 def benchmark(profile_name: str, family: str, out: Path, root: Path, runs: list[str] | None,
               scale: float = 1.0, analyse_only: bool = False, jobs: int = 1) -> dict[str, Any]:
     """Train the profile's runs for ``family`` (only ``runs`` if given), then analyse every
@@ -134,7 +148,7 @@ def benchmark(profile_name: str, family: str, out: Path, root: Path, runs: list[
     out.mkdir(parents=True, exist_ok=True)
     configs = run_configs(profile, family, out, scale)
     if not analyse_only:
-        chosen = {n: c for n, c in configs.items() if not runs or n in runs}
+        chosen = select_runs(configs, runs) if runs else configs
         train_all(chosen, profile.ds_config, profile.ranks, out, root, jobs)
     configs = {n: c for n, c in configs.items() if RunDir(c["run_dir"]).is_done()}
     result = {"family": family, "profile": profile_name, "ranks": profile.ranks,

@@ -118,10 +118,10 @@ def test_a_step_sweep_sets_the_last_phase_and_forks_after_the_small_phase(tmp_pa
 def test_runs_are_chosen_by_full_name_or_by_profile_entry(tmp_path):
     """``--runs wsd`` is every sweep point of the ``wsd`` entry (not ``wsd``-prefixed entries
     of other names); a full name picks one run; a name that matches nothing is an error."""
-    cfgs = run_configs(load_profile("cpu-small", ROOT), "vit", tmp_path)
+    cfgs = run_configs(load_profile("cpu-small", ROOT), "gpt", tmp_path)
     chosen = select_runs(cfgs, ["vcycle2-wsd", "stable-lr1e-3"])
     assert sorted(chosen) == ["stable-lr1e-3"] + [f"vcycle2-wsd-lr{t}" for t in
-                                                   ("1e-3", "2e-3", "4e-3", "5e-4")]
+                                                   ("1e-3", "2e-3", "4e-3", "8e-3")]
     assert len(select_runs(cfgs, ["wsd"])) == 16
     with pytest.raises(ConfigError, match="--runs: vcycle9"):
         select_runs(cfgs, ["vcycle9"])

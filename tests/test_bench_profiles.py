@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
-from mlsys.bench.profile import load_profile, run_configs
+from mlsys.bench.profile import is_variant, load_profile, run_configs
 from mlsys.bench.runner import _same_config, select_runs
 from mlsys.config import ConfigError, parse_run_config
 from mlsys.train.rundir import RunDir
@@ -55,6 +56,9 @@ def test_extends_and_fork_step(scale, step, tmp_path):
      " phases: [1, 2]}\n  b: {}\n", "runs.a.fork.from"),
     ("ds_config: x.json\nfamilies: {g: {}}\nruns:\n  b: {}\n  a: {fork: {from: b, after_phase: 1},"
      " phases: [1, 2]}\n", "runs.a.fork.after_phase"),
+    ("ds_config: x.json\nfamilies: {g: {}}\nruns:\n  b: {}\n  a: {fork: {from: b, after_phase: 0,"
+     " source_end: true}, phases: [1, 2]}\n", "runs.a.fork: give exactly one"),
+    ("ds_config: x.json\nbudget: 0\nfamilies: {g: {}}\nruns: {b: {}}\n", "budget"),
 ])
 def test_a_bad_profile_names_the_file_and_field(text, field, tmp_path):
     (tmp_path / "configs" / "bench").mkdir(parents=True)
@@ -122,6 +126,32 @@ def test_runs_are_chosen_by_full_name_or_by_profile_entry(tmp_path):
     chosen = select_runs(cfgs, ["vcycle2-wsd", "stable-lr1e-3"])
     assert sorted(chosen) == ["stable-lr1e-3"] + [f"vcycle2-wsd-lr{t}" for t in
                                                    ("1e-3", "2e-3", "4e-3", "8e-3")]
-    assert len(select_runs(cfgs, ["wsd"])) == 16
+    assert len(select_runs(cfgs, ["wsd"])) == 16  # not wsd-long's points
+    assert sorted(select_runs(cfgs, ["stable-long"])) == ["stable-long-lr2e-3",
+                                                          "stable-long-lr4e-3"]
     with pytest.raises(ConfigError, match="--runs: vcycle9"):
         select_runs(cfgs, ["vcycle9"])
+    # an entry named like a sweep point's prefix is not one of its points
+    assert not is_variant("x-small-lr1e-3", "x") and is_variant("x-lr2.5e-4-s500", "x")
+
+
+def test_a_trunk_extended_from_its_end_feeds_forks_beyond_the_budget(tmp_path):
+    """``fork.source_end``: ``stable-long`` starts from ``stable``'s last step (which the
+    source keeps) and trains on at the same constant lr; ``wsd-long`` decays from it."""
+    cfgs = run_configs(load_profile("cpu-small", ROOT), "bert", tmp_path)
+    trunk, longer = cfgs["stable-lr5e-4"], cfgs["stable-long-lr5e-4"]
+    assert longer["fork"] == {"from": "stable-lr5e-4", "step": 1600}
+    assert 1600 % trunk["train"]["checkpoint_every"] == 0
+    assert longer["phases"] == [{**trunk["phases"][0], "steps": 2400}]
+    assert longer["train"]["decay"] == trunk["train"]["decay"] == "constant"
+    assert cfgs["wsd-long-lr5e-4-s2500"]["fork"] == {"from": "stable-long-lr5e-4", "step": 2000}
+    assert cfgs["wsd-long-lr5e-4-s3000"]["fork"] == {"from": "stable-long-lr5e-4", "step": 2400}
+
+
+def test_a_fork_from_the_source_end_must_train_on(tmp_path):
+    (tmp_path / "configs" / "bench").mkdir(parents=True)
+    profile = load_profile("cpu-small", ROOT).model_dump(by_alias=True)
+    profile["runs"]["stable-long"]["phases"][0]["steps"] = 1600
+    (tmp_path / "configs" / "bench" / "short.yaml").write_text(yaml.safe_dump(profile))
+    with pytest.raises(ConfigError, match=r"runs\.stable-long-lr2e-3\.fork: starts at step 1600"):
+        run_configs(load_profile("short", tmp_path), "gpt", tmp_path)

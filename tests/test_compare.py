@@ -95,3 +95,36 @@ def test_frontier_from_smoothed_and_from_last_evaluations(tmp_path):
     # last eval 3.5: half way from 4.0 to 3.0
     assert row["saving_frontier_last_eval"] == pytest.approx(1 - 150.0 / (100.0 * 2 ** 0.5))
     assert row["saving_frontier_at_least"] == pytest.approx(1 - 150.0 / 200.0)
+
+
+def test_a_longer_baseline_extends_the_frontier_but_is_not_the_target(tmp_path):
+    """With ``budget``, the target is the best baseline of that many steps; a longer one
+    (better, more FLOPs) only extends the frontier, so (b) is a number for a run that ends
+    below the budget's best."""
+    import json
+
+    from mlsys.bench.report import compare
+
+    def run(name: str, steps: list[int], evals: list[tuple[float, float]]) -> dict:
+        root = tmp_path / name
+        root.mkdir()
+        lines = [{"event": "eval", "step": i, "phase": 0, "level": 1, "flops": f, "wall": 0.0,
+                  "val_loss": v} for i, (f, v) in enumerate(evals, 1)]
+        lines.append({"event": "end", "step": len(evals), "flops": evals[-1][0], "wall": 1.0})
+        (root / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        return {"run_dir": str(root), "phases": [{"level": 1 + (i % 2), "steps": n, "lr": 1e-3}
+                                                 for i, n in enumerate(steps)]}
+
+    configs = {"budget": run("budget", [20], [(100.0, 5.0), (200.0, 4.0)]),
+               "longer": run("longer", [40], [(200.0, 4.5), (400.0, 2.0)]),
+               "vcycle": run("vcycle", [5, 5, 10], [(100.0, 4.0), (150.0, 3.0)])}
+    assert compare(configs, window=1)["target"] == "longer"  # no budget: the most FLOPs
+    result = compare(configs, window=1, budget=20)
+    assert result["target"] == "budget" and result["target_val_loss"] == 4.0
+    assert result["frontier"] == [(200.0, 4.0), (400.0, 2.0)]
+    row = {r["name"]: r for r in result["runs"]}["vcycle"]
+    assert row["flops_to_target"] == 100.0 and row["saving_flops"] == pytest.approx(0.5)
+    # 3.0: half way from 4.0 to 2.0 in log-FLOPs between 200 and 400
+    assert row["saving_frontier"] == pytest.approx(1 - 150.0 / (200.0 * 2 ** 0.5))
+    with pytest.raises(RuntimeError, match="budget: no finished baseline of 30 steps"):
+        compare(configs, window=1, budget=30)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -50,17 +51,20 @@ class _Strict(BaseModel):
 
 
 class Fork(_Strict):
-    """Start from another run's checkpoint: at the end of its phase ``after_phase``, or
-    (``before_decay``) at the step where this run's WSD decay starts."""
+    """Start from another run's checkpoint: at the end of this run's phase ``after_phase``,
+    (``before_decay``) at the step where this run's WSD decay starts, or (``source_end``) at
+    the source's last step: a constant-lr run extended to more steps."""
 
     source: str = Field(alias="from", min_length=1)
     after_phase: int | None = Field(default=None, ge=0)
     before_decay: bool = False
+    source_end: bool = False
 
     @model_validator(mode="after")
     def _one_point(self) -> Fork:
-        if (self.after_phase is None) == (not self.before_decay):
-            raise ValueError("give exactly one of after_phase and before_decay: true")
+        if (self.after_phase is not None) + self.before_decay + self.source_end != 1:
+            raise ValueError("give exactly one of after_phase, before_decay: true and "
+                             "source_end: true")
         return self
 
 
@@ -83,9 +87,13 @@ class Sweep(_Strict):
 
 
 class Profile(_Strict):
+    """``budget``: level-1 steps of the full budget; the target is the best baseline of that
+    length, and longer baselines only extend the frontier (default: the longest baselines)."""
+
     ds_config: str
     ranks: int = Field(default=1, gt=0)
     window: int = Field(default=3, gt=0)
+    budget: int | None = Field(default=None, gt=0)
     families: dict[str, dict[str, Any]] = Field(min_length=1)
     runs: dict[str, dict[str, Any]] = Field(min_length=1)
 
@@ -131,6 +139,14 @@ def _tag(value: float) -> str:
     """A learning rate for a run name: 0.001 -> 1e-3, 0.00025 -> 2.5e-4."""
     mantissa, exponent = f"{value:e}".split("e")
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+_SWEEP_SUFFIX = r"(-lr\d+(\.\d+)?e-?\d+)?(-s\d+)?"  # what ``expand`` appends: _tag, steps
+
+
+def is_variant(name: str, entry: str) -> bool:
+    """True if run ``name`` is profile entry ``entry`` or one of its sweep points."""
+    return re.fullmatch(re.escape(entry) + _SWEEP_SUFFIX, name) is not None
 
 
 def expand(runs: dict[str, dict[str, Any]], grid: list[float] | None = None
@@ -238,7 +254,11 @@ def run_configs(profile: Profile, family: str, out: Path, scale: float = 1.0
         parsed = parse_run_config(cfg, source=f"{family}/{name}")
         totals[name] = parsed.total_steps
         if fork is not None:
-            cfg["fork"] = {"from": fork["from"], "step": _fork_step(parsed, fork)}
+            step = totals[fork["from"]] if fork.get("source_end") else _fork_step(parsed, fork)
+            if step >= parsed.total_steps:
+                raise ConfigError(f"runs.{name}.fork: starts at step {step}, where the run "
+                                  f"({parsed.total_steps} steps) is already over")
+            cfg["fork"] = {"from": fork["from"], "step": step}
         configs[name] = cfg
     for name, cfg in configs.items():  # a fork source keeps a checkpoint at every fork step
         if "fork" in cfg:

@@ -18,13 +18,16 @@ from mlsys.train.metrics import read_metrics, save_figure
 from mlsys.train.rundir import RunDir
 
 
-def compare(configs: dict[str, dict[str, Any]], window: int) -> dict[str, Any]:
+def compare(configs: dict[str, dict[str, Any]], window: int, budget: int | None = None
+            ) -> dict[str, Any]:
     """Every finished run against the tuned baselines.
 
     Baselines are the one-level runs. The **target** is the best of those that train the
-    full budget (the most FLOPs), by smoothed final validation loss. The **frontier** is the
-    lower envelope of every baseline's (FLOPs, smoothed final loss): the best a baseline does
-    at each budget (WSD runs decayed at several budgets fill it in). Per run (``summarize``):
+    full budget, by smoothed final validation loss: ``budget`` level-1 steps (as declared,
+    before any ``schedule.scale``), or else the most FLOPs. The **frontier** is the lower
+    envelope of every baseline's (FLOPs, smoothed final loss), longer ones included: the best
+    a baseline does at each budget (WSD runs decayed at several budgets fill it in). Per run
+    (``summarize``):
     FLOPs to reach the target and the saving against the target baseline's own FLOPs to it
     (measure a); and ``frontier_flops``, the baseline FLOPs the frontier needs for this run's
     smoothed final loss, with ``saving_frontier = 1 - flops_total / frontier_flops``
@@ -38,9 +41,15 @@ def compare(configs: dict[str, dict[str, Any]], window: int) -> dict[str, Any]:
               if levels[n] == 1}
     if not finals:
         raise RuntimeError("runs: no finished baseline (a one-level run) to compare against")
-    full = max(f for f, _ in finals.values())
-    best = min((n for n, (f, _) in finals.items() if f >= 0.999 * full),
-               key=lambda n: finals[n][1])
+    if budget is None:
+        full = max(f for f, _ in finals.values())
+        eligible = [n for n, (f, _) in finals.items() if f >= 0.999 * full]
+    else:
+        eligible = [n for n in finals if sum(p["steps"] for p in configs[n]["phases"]) == budget]
+        if not eligible:
+            raise RuntimeError(f"budget: no finished baseline of {budget} steps to take the "
+                               f"target from (baselines: {', '.join(finals)})")
+    best = min(eligible, key=lambda n: finals[n][1])
     curve, smooth = curves[best], curves[best].smoothed(window)
     target = smooth[-1]
     base_to = (first_reach(curve.flops, smooth, target), first_reach(curve.wall, smooth, target))

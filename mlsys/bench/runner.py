@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from mlsys.atomic import write_json, write_text
-from mlsys.bench.profile import load_profile, run_configs
+from mlsys.bench.profile import is_variant, load_profile, run_configs
 from mlsys.bench.report import compare, markdown, plot, table
 from mlsys.config import ConfigError, parse_run_config
 from mlsys.data.run_data import prepare_default_data
@@ -130,14 +130,11 @@ def select_runs(configs: dict[str, dict[str, Any]], runs: list[str]
                 ) -> dict[str, dict[str, Any]]:
     """The configs named by ``runs``: a run's full name (``wsd-lr2e-3-s500``) or a profile
     entry's name (``wsd``: all its sweep points). A name that matches nothing is an error."""
-    def matches(name: str, wanted: str) -> bool:
-        return name == wanted or name.startswith((f"{wanted}-lr", f"{wanted}-s"))
-
-    unknown = [r for r in runs if not any(matches(n, r) for n in configs)]
+    unknown = [r for r in runs if not any(is_variant(n, r) for n in configs)]
     if unknown:
         raise ConfigError(f"--runs: {', '.join(unknown)} matches no run of this profile "
                           f"(runs: {', '.join(configs)})")
-    return {n: c for n, c in configs.items() if any(matches(n, r) for r in runs)}
+    return {n: c for n, c in configs.items() if any(is_variant(n, r) for r in runs)}
 
 
 def benchmark(profile_name: str, family: str, out: Path, root: Path, runs: list[str] | None,
@@ -152,7 +149,8 @@ def benchmark(profile_name: str, family: str, out: Path, root: Path, runs: list[
         train_all(chosen, profile.ds_config, profile.ranks, out, root, jobs)
     configs = {n: c for n, c in configs.items() if RunDir(c["run_dir"]).is_done()}
     result = {"family": family, "profile": profile_name, "ranks": profile.ranks,
-              "ds_config": profile.ds_config, **compare(configs, profile.window)}
+              "ds_config": profile.ds_config,
+              **compare(configs, profile.window, profile.budget)}
     write_json(out / "results.json", result)
     plot(configs, result, out / "val_loss_vs_flops.png", f"{profile_name} / {family}")
     print(table(result["runs"]))

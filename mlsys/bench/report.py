@@ -104,7 +104,7 @@ def plot(configs: dict[str, dict[str, Any]], result: dict[str, Any], png: Path,
     import matplotlib.pyplot as plt
 
     levels = {r["name"]: r["levels"] for r in result["runs"]}
-    fig, ax = plt.subplots(figsize=(9, 5.5))
+    fig, ax = plt.subplots(figsize=(12, 6))
     for name, cfg in configs.items():
         c = eval_curve(read_metrics(RunDir(cfg["run_dir"]).metrics))
         if levels[name] > 1:
@@ -122,7 +122,7 @@ def plot(configs: dict[str, dict[str, Any]], result: dict[str, Any], png: Path,
     ax.set_xlabel("cumulative training FLOPs")
     ax.set_ylabel("validation loss")
     ax.set_title(title)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the curves
     fig.tight_layout()
     save_figure(fig, png, dpi=120)
 

@@ -54,7 +54,7 @@ PAPER_TRANSITION = ("copy", "reset", 0.5, "all", 0.0)
 WIDTH_DETAIL = ("identity", "reset", 0.0, "width", 0.001)
 SHIPPED_VCYCLES = {"tiny-gpt-vcycle": WIDTH_DETAIL, "gpt-base": WIDTH_DETAIL,
                    "tiny-llama-vcycle": WIDTH_DETAIL, "llama-1b": WIDTH_DETAIL,
-                   "tiny-bert-vcycle": PAPER_TRANSITION, "bert-base": PAPER_TRANSITION,
+                   "tiny-bert-vcycle": WIDTH_DETAIL, "bert-base": PAPER_TRANSITION,
                    "bert-large": PAPER_TRANSITION, "tiny-vit-vcycle": WIDTH_DETAIL,
                    "deit-s": PAPER_TRANSITION, "deit-b": PAPER_TRANSITION}
 
@@ -63,16 +63,26 @@ SHIPPED_VCYCLES = {"tiny-gpt-vcycle": WIDTH_DETAIL, "gpt-base": WIDTH_DETAIL,
 def test_shipped_vcycles_use_the_measured_best_transition(name):
     """README, "Up-transition ablation": on cpu-small, GPT-2 saved the most FLOPs with
     identity blocks + all of the saved model's width detail + a fresh optimizer; BERT with the
-    paper's copy, a fresh optimizer and α 0.5; tiny ViT depth only ("Tuned comparison, ViT").
-    DeiT keeps the paper's transition (not measured)."""
+    paper's copy, a fresh optimizer and α 0.5; against tuned baselines tiny ViT and tiny BERT
+    depth only ("Tuned comparison, ViT / BERT"). DeiT and the paper-scale BERT configs keep
+    the paper's transition (not measured at their depth)."""
     v = load_run_config(ROOT / f"configs/{name}.yaml").vcycle
     assert (v.depth_mapping, v.optimizer, v.alpha, v.interpolation, v.noise) == (
         SHIPPED_VCYCLES[name])
     assert max(p.level for p in load_run_config(ROOT / f"configs/{name}.yaml").phases) > 1
 
 
+@pytest.mark.parametrize("name", ["tiny-vit-vcycle", "tiny-bert-vcycle"])
+def test_tiny_vit_and_bert_cycle_depth_only_at_one_lr(name):
+    """README, "Tuned comparison, ViT / BERT": stacking layers (width kept) saved the most on
+    cpu-small ViT and BERT, every phase at the tuned baseline's lr (the width does not change)."""
+    cfg = load_run_config(ROOT / f"configs/{name}.yaml")
+    assert (cfg.vcycle.width, cfg.vcycle.depth) == (1, 2)
+    assert len({p.lr for p in cfg.phases}) == 1
+
+
 @pytest.mark.parametrize("name", ["tiny-gpt-vcycle", "gpt-base", "tiny-llama-vcycle", "llama-1b",
-                                  "tiny-vit-vcycle"])
+                                  "tiny-vit-vcycle", "tiny-bert-vcycle"])
 def test_shipped_vcycles_use_one_wsd_schedule_over_the_run(name):
     """README, "Tuned comparison": on cpu-small one WSD schedule spanning the whole V-cycle
     (no decay before a transition, no re-warm after it beyond the fresh Adam's warmup) beat

@@ -104,13 +104,19 @@ def plot(configs: dict[str, dict[str, Any]], result: dict[str, Any], png: Path,
     import matplotlib.pyplot as plt
 
     levels = {r["name"]: r["levels"] for r in result["runs"]}
+    # tab20 without its two greys (the baselines' colour); line styles beyond 18 V-cycles
+    palette = [c for i, c in enumerate(plt.get_cmap("tab20").colors) if i not in (14, 15)]
     fig, ax = plt.subplots(figsize=(12, 6))
+    n_cycles = 0
     for name, cfg in configs.items():
         c = eval_curve(read_metrics(RunDir(cfg["run_dir"]).metrics))
         if levels[name] > 1:
-            ax.plot(c.flops, c.val, lw=1.2, label=name)
+            style = ("-", "--", ":")[n_cycles // len(palette) % 3]
+            ax.plot(c.flops, c.val, lw=1.2, ls=style, color=palette[n_cycles % len(palette)],
+                    label=name)
+            n_cycles += 1
         elif name == result["target"]:
-            ax.plot(c.flops, c.val, color="black", lw=1.4, label=f"{name} (target)")
+            ax.plot(c.flops, c.val, color="black", lw=1.4, zorder=3, label=f"{name} (target)")
         else:
             ax.plot(c.flops, c.val, color="0.75", lw=0.7)
     front = result["frontier"]

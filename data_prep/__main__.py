@@ -1,4 +1,4 @@
-"""``python -m data_prep {corpus,tokenizer,shards,bench,images}`` — see ``--help`` of each.
+"""``python -m data_prep {corpus,prepare,tokenizer,shards,bench,images}`` — see ``--help`` of each.
 
 Exit codes: 0 done, 2 bad input under ``--strict`` / no usable input, 1 anything else.
 """
@@ -15,7 +15,18 @@ from data_prep.inputs import BadInput
 def _corpus(a: argparse.Namespace) -> dict:
     from data_prep.corpus import write_corpus
 
-    return write_corpus(a.out, a.kind, a.limit)
+    meta = write_corpus(a.out, a.kind, a.limit, a.source)
+    return {k: v for k, v in meta.items() if k != "distributions"}
+
+
+def _prepare(a: argparse.Namespace) -> dict:
+    import time
+
+    from data_prep.default import prepare_default
+
+    t0 = time.perf_counter()
+    out = prepare_default(a.out, a.kind, a.vocab_size, a.workers, a.source)
+    return {**out, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def _tokenizer(a: argparse.Namespace) -> dict:
@@ -54,11 +65,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     c = sub.add_parser("corpus", help="write the embedded default corpus (Python stdlib)")
-    c.add_argument("--out", required=True, help="directory; writes stdlib_<kind>.jsonl")
+    c.add_argument("--out", required=True, help="directory; writes <source>_<kind>.jsonl")
+    c.add_argument("--source", choices=["stdlib", "packages"], default="stdlib",
+                   help="stdlib: the standard library; packages: it plus site-packages")
     c.add_argument("--kind", choices=["prose", "code"], default="prose",
                    help="prose: docstrings and comments (BERT); code: module sources (GPT)")
     c.add_argument("--limit", type=int, default=None, help="first N modules only (tests)")
     c.set_defaults(fn=_corpus)
+
+    pr = sub.add_parser("prepare", help="corpus -> tokenizer -> shards, as a run prepares them")
+    pr.add_argument("--out", default="data/default", help="a run's data.prepare_dir")
+    pr.add_argument("--kind", choices=["causal", "masked"], required=True)
+    pr.add_argument("--source", choices=["stdlib", "packages"], default="stdlib")
+    pr.add_argument("--vocab-size", type=int, default=4096)
+    pr.add_argument("--workers", type=int, default=2, help="tokenizer processes")
+    pr.set_defaults(fn=_prepare)
 
     t = sub.add_parser("tokenizer", help="train a sentencepiece tokenizer")
     t.add_argument("--input", nargs="+", required=True, help="text/jsonl/parquet files or globs")

@@ -10,6 +10,7 @@ deterministic for a given interpreter; ``site-packages`` and undecodable files a
 from __future__ import annotations
 
 import ast
+import hashlib
 import inspect
 import io
 import json
@@ -112,21 +113,42 @@ def iter_corpus(kind: str, limit: int | None = None) -> Iterator[dict]:
             return
 
 
-def corpus_path(out_dir: str, kind: str) -> str:
-    return os.path.join(out_dir, f"stdlib_{kind}.jsonl")
+SOURCES = ("stdlib", "packages")
 
 
-def write_corpus(out_dir: str, kind: str = "prose", limit: int | None = None) -> dict:
-    """Write ``out_dir/stdlib_<kind>.jsonl`` (temporary name, renamed when complete)."""
+def corpus_path(out_dir: str, kind: str, source: str = "stdlib") -> str:
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES}, not {source!r}")
+    return os.path.join(out_dir, f"{source}_{kind}.jsonl")
+
+
+def write_corpus(out_dir: str, kind: str = "prose", limit: int | None = None,
+                 source: str = "stdlib") -> dict:
+    """Write ``out_dir/<source>_<kind>.jsonl`` (temporary name, renamed when complete).
+
+    ``source``: "stdlib" (this module) or "packages" (:mod:`data_prep.packages`: the standard
+    library plus site-packages). Returns the documents, characters and the file's sha256.
+    """
     os.makedirs(out_dir, exist_ok=True)
     remove_stale_temps(out_dir)
-    path = corpus_path(out_dir, kind)
+    path = corpus_path(out_dir, kind, source)
+    if source == "packages":
+        from data_prep.packages import corpus_meta, iter_package_corpus
+
+        stats: dict = {}
+        docs_iter, extra = iter_package_corpus(kind, limit, stats=stats), corpus_meta()
+        extra["skipped"] = stats
+    else:
+        docs_iter, extra = iter_corpus(kind, limit), {"stdlib": str(stdlib_root())}
     tmp = f"{path}.tmp-{os.getpid()}"
     docs = chars = 0
+    digest = hashlib.sha256()
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            for doc in iter_corpus(kind, limit):
-                f.write(json.dumps(doc, ensure_ascii=False) + "\n")
+            for doc in docs_iter:
+                line = json.dumps(doc, ensure_ascii=False) + "\n"
+                f.write(line)
+                digest.update(line.encode("utf-8"))
                 docs += 1
                 chars += len(doc["text"])
         os.replace(tmp, path)
@@ -134,5 +156,6 @@ def write_corpus(out_dir: str, kind: str = "prose", limit: int | None = None) ->
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
-    return {"path": path, "kind": kind, "documents": docs, "chars": chars,
-            "python": sys.version.split()[0], "stdlib": str(stdlib_root()), "limit": limit}
+    return {"path": path, "kind": kind, "source": source, "documents": docs, "chars": chars,
+            "sha256": digest.hexdigest(), "python": sys.version.split()[0], **extra,
+            "limit": limit}

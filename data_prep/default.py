@@ -4,11 +4,18 @@ Layout under ``out_dir/<kind>/``: ``stdlib_<prose|code>.jsonl`` (+ ``corpus.json
 ``tokenizer/``, ``shards.{bin,idx,manifest.json}``. Each step is reused when its output is complete
 and was made from the same inputs (corpus: same interpreter; tokenizer: same corpus hash, vocab
 size and model type; shards: same tokenizer hash and corpus size), else rebuilt.
+
+``source="packages"`` (:mod:`data_prep.packages`: the standard library plus site-packages) builds
+under ``out_dir/packages-<kind>/`` instead; its corpus is reused only for the same interpreter and
+the same installed distributions, and its tokenizer is trained on a deterministic sample (every
+k-th document, k chosen so that the sample holds about ``TOKENIZER_SAMPLE_CHARS`` characters,
+written to ``tokenizer_sample.jsonl``), the shards on the whole corpus.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 
@@ -18,6 +25,7 @@ from data_prep.shards import build_shards
 from data_prep.tokenizer import META_FILE, MODEL_FILE, sha256_file, train_tokenizer
 
 KIND_TO_CORPUS = {"causal": "code", "masked": "prose"}
+TOKENIZER_SAMPLE_CHARS = 24_000_000
 
 
 def _read_json(path: str) -> dict | None:
@@ -28,32 +36,61 @@ def _read_json(path: str) -> dict | None:
         return None
 
 
-def prepare_default(out_dir: str, kind: str, vocab_size: int = 4096, workers: int = 2) -> dict:
+def _write_sample(corpus: str, chars: int, out: str) -> dict:
+    """Every k-th line (document) of ``corpus`` into ``out``: about TOKENIZER_SAMPLE_CHARS."""
+    every = max(1, math.ceil(chars / TOKENIZER_SAMPLE_CHARS))
+    tmp = f"{out}.tmp-{os.getpid()}"
+    n = 0
+    with open(corpus, encoding="utf-8") as src, open(tmp, "w", encoding="utf-8") as dst:
+        for i, line in enumerate(src):
+            if i % every == 0:
+                dst.write(line)
+                n += 1
+    os.replace(tmp, out)
+    return {"every": every, "documents": n}
+
+
+def _corpus_current(meta: dict | None, corpus: str, source: str) -> bool:
+    if not (meta and os.path.exists(corpus) and meta.get("limit") is None
+            and meta.get("python") == sys.version.split()[0]):
+        return False
+    if source == "packages":
+        from data_prep.packages import corpus_meta
+
+        return all(meta.get(k) == v for k, v in corpus_meta().items())
+    return True
+
+
+def prepare_default(out_dir: str, kind: str, vocab_size: int = 4096, workers: int = 2,
+                    source: str = "stdlib") -> dict:
     """Build (or reuse) the default corpus, tokenizer and shards for ``kind``:
     "causal" (source code, documents ending in eod) or "masked" (prose, one sequence per
-    sentence).
+    sentence). ``source``: "stdlib" (the default) or "packages" (the large corpus).
 
     Returns ``{"tokenizer_dir", "data_prefix", "num_tokens"}``.
     """
     if kind not in KIND_TO_CORPUS:
         raise ValueError(f"kind must be 'causal' or 'masked', not {kind!r}")
     corpus_kind = KIND_TO_CORPUS[kind]
-    base = os.path.join(out_dir, kind)
-    corpus = corpus_path(base, corpus_kind)
+    base = os.path.join(out_dir, kind if source == "stdlib" else f"{source}-{kind}")
+    corpus = corpus_path(base, corpus_kind, source)
     corpus_meta_path = os.path.join(base, "corpus.json")
     corpus_meta = _read_json(corpus_meta_path)
-    python = sys.version.split()[0]
-    if not (corpus_meta and corpus_meta.get("python") == python and os.path.exists(corpus)
-            and corpus_meta.get("limit") is None):
-        corpus_meta = write_corpus(base, corpus_kind)
-        corpus_meta["sha256"] = sha256_file(corpus)
+    if not _corpus_current(corpus_meta, corpus, source):
+        corpus_meta = write_corpus(base, corpus_kind, source=source)
         write_json_atomic(corpus_meta_path, corpus_meta)
 
     tok_dir = os.path.join(base, "tokenizer")
     tok_meta = _read_json(os.path.join(tok_dir, META_FILE))
     want = {"vocab_size_requested": vocab_size, "corpus_sha256": corpus_meta["sha256"]}
+    if source != "stdlib":
+        want["sample_chars"] = TOKENIZER_SAMPLE_CHARS
     if not (tok_meta and all(tok_meta.get(k) == v for k, v in want.items())):
-        tok_meta = train_tokenizer([corpus], vocab_size, tok_dir, model_type="bpe")
+        train_on = corpus
+        if source != "stdlib":
+            train_on = os.path.join(base, "tokenizer_sample.jsonl")
+            want["sample"] = _write_sample(corpus, corpus_meta["chars"], train_on)
+        tok_meta = train_tokenizer([train_on], vocab_size, tok_dir, model_type="bpe")
         tok_meta.update(want)
         write_json_atomic(os.path.join(tok_dir, META_FILE), tok_meta)
 

@@ -24,6 +24,7 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
       data_prefix: data/x/shards/train  # (prepare_dir, prepare_vocab_size)
       prepare_dir: data/default
       prepare_vocab_size: 4096
+      prepare_source: stdlib        # stdlib | packages (stdlib + site-packages, data_prep)
       seq_length: 128
       split: "98,1,1"
       cache_dir: null               # megatron index cache (default <run_dir>/data_cache)
@@ -127,6 +128,7 @@ class DataConfig(_Strict):
     data_prefix: str | None = None
     prepare_dir: str = "data/default"
     prepare_vocab_size: int = Field(default=4096, gt=0)
+    prepare_source: Literal["stdlib", "packages"] = "stdlib"
     seq_length: int = Field(gt=1)
     split: str = "98,1,1"
     cache_dir: str | None = None

@@ -51,7 +51,8 @@ def prepare_default_data(cfg: RunConfig) -> dict[str, str]:
         return {"data_prefix": str(out["data_prefix"])}
     if d.tokenizer_dir is not None and d.data_prefix is not None:
         return {"tokenizer_dir": d.tokenizer_dir, "data_prefix": d.data_prefix}
-    out = prepare_default(d.prepare_dir, cfg.kind, vocab_size=d.prepare_vocab_size)
+    out = prepare_default(d.prepare_dir, cfg.kind, vocab_size=d.prepare_vocab_size,
+                          source=d.prepare_source)
     return {"tokenizer_dir": str(out["tokenizer_dir"]), "data_prefix": str(out["data_prefix"])}
 
 

@@ -2,10 +2,20 @@
 
 ``source="packages"`` of ``python -m data_prep corpus`` (and of ``prepare_default``): the same two
 kinds as :mod:`data_prep.corpus` (``code``: one document per module, its source; ``prose``: its
-docstrings and comment paragraphs, :func:`data_prep.corpus.prose_of`), read from every ``.py`` file
-of the running interpreter's standard library and then of its ``site-packages`` (torch,
-transformers, deepspeed, megatron-core, scipy, numpy, scikit-learn, matplotlib, ... : whatever
-``make install`` put there from ``pyproject.toml``). No download, no network.
+docstrings and comment paragraphs, :func:`data_prep.corpus.prose_of`, then its prose string
+literals, :func:`prose_strings`), read from every ``.py`` file of the running interpreter's
+standard library and then of its ``site-packages`` (torch, transformers, deepspeed, megatron-core,
+scipy, numpy, scikit-learn, matplotlib, ... : whatever ``make install`` put there from
+``pyproject.toml``). No download, no network.
+
+Prose string literals: much of the packages' documentation is not in docstrings but in string
+constants handed to a helper (torch's ``add_docstr(torch.abs, r"..."``), numpy's
+``add_newdoc``, transformers' ``*_INPUTS_DOCSTRING`` templates, argparse help, error messages).
+A string constant that is not a docstring and not part of an f-string is kept when, after
+``inspect.cleandoc`` and dropping doctest lines, it has at least ``MIN_PROSE_WORDS`` words, at
+least 80 % of its characters are letters or whitespace and at least 60 % of its words are
+alphabetic (trailing punctuation aside): English, not code, tables or format strings. Kept
+literals follow the docstrings and comments in source order, each once per module.
 
 The rule, so that two builds on the same installed set give the same bytes:
 
@@ -32,8 +42,10 @@ and the sha256 of the written file, so a changed hash can be traced to a changed
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.metadata
+import inspect
 import os
 import sys
 import sysconfig
@@ -43,6 +55,7 @@ from pathlib import Path
 from data_prep.corpus import KINDS, prose_of, read_source, stdlib_root
 
 MAX_FILE_BYTES = 1 << 20
+MIN_PROSE_WORDS = 8
 _SKIP_PARTS = {"__pycache__", "site-packages", "dist-packages"}
 _SKIP_SUFFIXES = (".dist-info", ".egg-info")
 
@@ -76,6 +89,50 @@ def source_files(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
+def _is_prose(text: str) -> bool:
+    words = text.split()
+    if len(words) < MIN_PROSE_WORDS:
+        return False
+    letters = sum(c.isalpha() or c.isspace() for c in text)
+    alpha = sum(w.rstrip(".,;:!?)'\"").lstrip("('\"").isalpha() for w in words)
+    return letters >= 0.8 * len(text) and alpha >= 0.6 * len(words)
+
+
+def prose_strings(source: str) -> list[str]:
+    """The module's prose string literals (rule above), in source order, each once."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                skip.add(id(first.value))  # a docstring: prose_of has it
+        elif isinstance(node, ast.JoinedStr):
+            skip.update(id(v) for v in node.values)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            lines = [ln for ln in inspect.cleandoc(node.value).split("\n")
+                     if not ln.lstrip().startswith((">>>", "..."))]
+            text = "\n".join(lines).strip()
+            if _is_prose(text):
+                found.append((node.lineno, node.col_offset, text))
+    out, seen = [], set()
+    for _, _, text in sorted(found):
+        if text not in seen:
+            seen.add(text)
+            out.append(text)
+    return out
+
+
+def package_prose(source: str) -> str:
+    """The packages corpus' prose of one module: docstrings, comments, prose literals."""
+    return "\n\n".join(p for p in (prose_of(source), *prose_strings(source)) if p).strip()
+
+
 def iter_package_corpus(kind: str, limit: int | None = None,
                         roots: list[tuple[str, Path]] | None = None,
                         stats: dict | None = None) -> Iterator[dict]:
@@ -101,7 +158,7 @@ def iter_package_corpus(kind: str, limit: int | None = None,
             if source is None:
                 stats["undecodable"] += 1
                 continue
-            text = source if kind == "code" else prose_of(source)
+            text = source if kind == "code" else package_prose(source)
             if not text.strip():
                 stats["empty"] += 1
                 continue

@@ -66,6 +66,31 @@ def test_prose_kind_and_limit(roots):
         next(packages.iter_package_corpus("poetry", roots=roots))
 
 
+LITERALS = '''"""Doc."""
+import x
+x.add_docstr(x.abs, r"""
+    Computes the absolute value of each element in the input tensor, elementwise.
+
+    >>> x.abs(-1)
+    """)
+HELP = "Number of workers that the pool starts before reading any of the input files."
+FMT = f"{x} is not a number and the value cannot be parsed by this function at all"
+CODE = "for i in range(10): print(i, i * 2, i ** 3); x = [a, b, c]; y = {1: 2}"
+SHORT = "too short to be prose"
+AGAIN = "Number of workers that the pool starts before reading any of the input files."
+'''
+
+
+def test_prose_string_literals():
+    """Documentation handed to a helper and messages are prose; docstrings (already in
+    prose_of), f-string parts, code, short strings and repeats are not."""
+    kept = ["Computes the absolute value of each element in the input tensor, elementwise.",
+            "Number of workers that the pool starts before reading any of the input files."]
+    assert packages.prose_strings(LITERALS) == kept
+    assert packages.package_prose(LITERALS) == "\n\n".join(["Doc.", *kept])
+    assert packages.prose_strings("def broken(:\n") == []
+
+
 def test_real_slice_is_deterministic(tmp_path):
     """Two builds of the first 25 documents of the real roots: the same bytes and hash."""
     metas = [write_corpus(str(tmp_path / d), "code", limit=25, source="packages")

@@ -25,7 +25,8 @@ The rule, so that two builds on the same installed set give the same bytes:
 * skipped: anything under ``__pycache__``, ``site-packages`` or ``dist-packages`` (below the root),
   and ``*.dist-info`` / ``*.egg-info``; the editable-install shims ``__editable__*`` (they hold
   this checkout's absolute path); files over ``MAX_FILE_BYTES`` (generated tables, e.g. torch's
-  ``common_methods_invocations.py``); undecodable files (:func:`data_prep.corpus.read_source`);
+  ``common_methods_invocations.py``); undecodable files (:func:`data_prep.corpus.read_source`)
+  and documents that are not valid UTF-8 (a docstring with a lone surrogate escape);
   documents that are empty for the kind (an empty ``__init__.py``, a module without any
   docstring or comment);
 * de-duplication: a document whose text (sha256 of its UTF-8 bytes) equals an earlier one's is
@@ -98,6 +99,15 @@ def _is_prose(text: str) -> bool:
     return letters >= 0.8 * len(text) and alpha >= 0.6 * len(words)
 
 
+def _encodable(text: str) -> bool:
+    """False for text with lone surrogates (a literal's ``"\\udc80"`` escape): not UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def prose_strings(source: str) -> list[str]:
     """The module's prose string literals (rule above), in source order, each once."""
     try:
@@ -118,7 +128,7 @@ def prose_strings(source: str) -> list[str]:
             lines = [ln for ln in inspect.cleandoc(node.value).split("\n")
                      if not ln.lstrip().startswith((">>>", "..."))]
             text = "\n".join(lines).strip()
-            if _is_prose(text):
+            if _is_prose(text) and _encodable(text):
                 found.append((node.lineno, node.col_offset, text))
     out, seen = [], set()
     for _, _, text in sorted(found):
@@ -162,7 +172,10 @@ def iter_package_corpus(kind: str, limit: int | None = None,
             if not text.strip():
                 stats["empty"] += 1
                 continue
-            digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+            if not _encodable(text):  # a docstring with a surrogate escape
+                stats["undecodable"] += 1
+                continue
+            digest = hashlib.sha256(text.encode("utf-8")).digest()
             if digest in seen:
                 stats["duplicate"] += 1
                 continue

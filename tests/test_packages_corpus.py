@@ -77,6 +77,7 @@ HELP = "Number of workers that the pool starts before reading any of the input f
 FMT = f"{x} is not a number and the value cannot be parsed by this function at all"
 CODE = "for i in range(10): print(i, i * 2, i ** 3); x = [a, b, c]; y = {1: 2}"
 SHORT = "too short to be prose"
+ODD = "a lone surrogate escape \\udc80 is not text that UTF-8 can encode at all"
 AGAIN = "Number of workers that the pool starts before reading any of the input files."
 '''
 

@@ -17,6 +17,14 @@ least 80 % of its characters are letters or whitespace and at least 60 % of its 
 alphabetic (trailing punctuation aside): English, not code, tables or format strings. Kept
 literals follow the docstrings and comments in source order, each once per module.
 
+More prose files (``prose`` only; ``code`` stays ``.py`` sources): ``.pyi`` stubs and Cython
+``.pyx`` / ``.pxd`` (read like Python: what parses and tokenizes), and the comments of the C /
+C++ / CUDA sources and headers the packages ship (``C_SUFFIXES``: torch's ``include/``,
+pyarrow's, numpy's, deepspeed's ``csrc``; :func:`c_comments`). Comment paragraphs that mention a
+copyright, licence or SPDX tag are dropped in every language (the same header in thousands of
+files would be repetition, and license texts are not prose to learn). ``RULE`` names this rule;
+``prepare_default`` rebuilds a corpus made under another.
+
 The rule, so that two builds on the same installed set give the same bytes:
 
 * roots in this order: ``stdlib`` (``sysconfig``'s stdlib, without its ``site-packages`` /
@@ -48,15 +56,21 @@ import hashlib
 import importlib.metadata
 import inspect
 import os
+import re
 import sys
 import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
-from data_prep.corpus import KINDS, prose_of, read_source, stdlib_root
+from data_prep.corpus import _RULE, KINDS, _comments, _docstrings, read_source, stdlib_root
 
+RULE = "packages-2"  # bump when the walk or the extraction changes
 MAX_FILE_BYTES = 1 << 20
 MIN_PROSE_WORDS = 8
+MIN_COMMENT_WORDS = 4
+C_SUFFIXES = (".h", ".hh", ".hpp", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".cu")
+PROSE_SUFFIXES = (".py", ".pyi", ".pyx", ".pxd", *C_SUFFIXES)
+_LICENSE = re.compile(r"copyright|licen[cs]e|spdx", re.IGNORECASE)
 _SKIP_PARTS = {"__pycache__", "site-packages", "dist-packages"}
 _SKIP_SUFFIXES = (".dist-info", ".egg-info")
 
@@ -84,15 +98,22 @@ def _skipped(rel: Path) -> bool:
             or parts[-1].startswith("__editable__"))
 
 
-def source_files(root: Path) -> list[Path]:
-    """The ``.py`` files of one root that the rule walks, sorted by relative POSIX path."""
-    found = (p for p in root.rglob("*.py") if p.is_file() and not _skipped(p.relative_to(root)))
-    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+def source_files(root: Path, suffixes: tuple[str, ...] = (".py",)) -> list[Path]:
+    """The files of one root with these suffixes that the rule walks, sorted by relative
+    POSIX path (skipped directories are not entered)."""
+    found = []
+    for top, dirs, files in os.walk(root):
+        rel = Path(top).relative_to(root)
+        dirs[:] = [d for d in dirs if not _skipped(rel / d / "_")]
+        found += [Path(top) / f for f in files
+                  if f.endswith(suffixes) and not _skipped(rel / f)]
+    return sorted((p for p in found if p.is_file()),
+                  key=lambda p: p.relative_to(root).as_posix())
 
 
-def _is_prose(text: str) -> bool:
+def _is_prose(text: str, min_words: int = MIN_PROSE_WORDS) -> bool:
     words = text.split()
-    if len(words) < MIN_PROSE_WORDS:
+    if len(words) < min_words:
         return False
     letters = sum(c.isalpha() or c.isspace() for c in text)
     alpha = sum(w.rstrip(".,;:!?)'\"").lstrip("('\"").isalpha() for w in words)
@@ -138,9 +159,54 @@ def prose_strings(source: str) -> list[str]:
     return out
 
 
-def package_prose(source: str) -> str:
-    """The packages corpus' prose of one module: docstrings, comments, prose literals."""
-    return "\n\n".join(p for p in (prose_of(source), *prose_strings(source)) if p).strip()
+_C_TOKENS = re.compile(r'//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'',
+                       re.DOTALL)
+
+
+def c_comments(source: str) -> list[str]:
+    """Comment paragraphs of C / C++ / CUDA source: each ``/* */`` block (leading ``*``
+    stripped) and each run of consecutive ``//`` lines is one paragraph, whitespace collapsed;
+    string and character literals are skipped; kept when prose-like with at least
+    ``MIN_COMMENT_WORDS`` words (rule above), license paragraphs dropped."""
+    out: list[str] = []
+    run: list[str] = []
+    line, pos, last = 0, 0, -2
+    for m in _C_TOKENS.finditer(source):
+        tok = m.group()
+        if tok[0] in "\"'":
+            continue
+        line += source.count("\n", pos, m.start())
+        pos = m.start()
+        if tok.startswith("//"):
+            if line != last + 1 and run:
+                out.append(" ".join(run))
+                run = []
+            last = line
+            text = tok[2:].lstrip("/!<").strip()
+            if text and not _RULE.match(text):
+                run.append(text)
+        else:
+            if run:
+                out.append(" ".join(run))
+                run = []
+            lines = [ln.strip().lstrip("*!<").strip() for ln in tok[2:].removesuffix("*/")
+                     .split("\n")]
+            out.append(" ".join(ln for ln in lines if ln and not _RULE.match(ln)))
+    if run:
+        out.append(" ".join(run))
+    return [p for p in (" ".join(t.split()) for t in out)
+            if _is_prose(p, MIN_COMMENT_WORDS) and not _LICENSE.search(p)]
+
+
+def package_prose(source: str, suffix: str = ".py") -> str:
+    """The packages corpus' prose of one file: C-family files their comment paragraphs;
+    Python (and stubs, Cython) its docstrings, comment paragraphs (license ones dropped) and
+    prose literals."""
+    if suffix in C_SUFFIXES:
+        return "\n\n".join(c_comments(source)).strip()
+    comments = [c for c in _comments(source) if not _LICENSE.search(c)]
+    parts = [*_docstrings(source), *comments, *prose_strings(source)]
+    return "\n\n".join(p for p in parts if p).strip()
 
 
 def iter_package_corpus(kind: str, limit: int | None = None,
@@ -159,7 +225,7 @@ def iter_package_corpus(kind: str, limit: int | None = None,
     seen: set[bytes] = set()
     n = 0
     for label, root in roots if roots is not None else default_roots():
-        for path in source_files(root):
+        for path in source_files(root, (".py",) if kind == "code" else PROSE_SUFFIXES):
             stats["files"] += 1
             if path.stat().st_size > MAX_FILE_BYTES:
                 stats["too_large"] += 1
@@ -168,7 +234,7 @@ def iter_package_corpus(kind: str, limit: int | None = None,
             if source is None:
                 stats["undecodable"] += 1
                 continue
-            text = source if kind == "code" else package_prose(source)
+            text = source if kind == "code" else package_prose(source, path.suffix)
             if not text.strip():
                 stats["empty"] += 1
                 continue
@@ -200,7 +266,7 @@ def distributions(roots: list[tuple[str, Path]] | None = None) -> list[str]:
 
 def corpus_meta(roots: list[tuple[str, Path]] | None = None) -> dict:
     """What the bytes of the packages corpus depend on (compared by ``prepare_default``)."""
-    return {"source": "packages", "python": sys.version.split()[0],
+    return {"source": "packages", "rule": RULE, "python": sys.version.split()[0],
             "distributions": distributions(roots), "max_file_bytes": MAX_FILE_BYTES}
 
 

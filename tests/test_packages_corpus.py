@@ -92,6 +92,33 @@ def test_prose_string_literals():
     assert packages.prose_strings("def broken(:\n") == []
 
 
+C_SOURCE = """// Copyright 2024 Somebody. Licensed under the Apache License.
+#include <x.h>
+int a = 1;  // the first value that we keep here
+// and the second line of the same paragraph
+const char* s = "// not a comment, inside a string literal";
+char q = '"';  /* a quote character must not open a string that eats this comment */
+/** A block comment
+ *  that says something useful about a function. */
+// x
+"""
+
+
+def test_c_comments_and_prose_suffixes(tmp_path):
+    assert packages.c_comments(C_SOURCE) == [
+        "the first value that we keep here and the second line of the same paragraph",
+        "a quote character must not open a string that eats this comment",
+        "A block comment that says something useful about a function."]
+    _tree(tmp_path, {"b.h": C_SOURCE, "a.pyi": 'def f() -> int:\n    """Stub: returns an int."""\n',
+                     "c.py": "# Copyright 2020 the authors, licensed under MIT.\nX = 1\n"})
+    roots = [("site-packages", tmp_path)]
+    prose = list(packages.iter_package_corpus("prose", roots=roots))
+    assert [d["module"] for d in prose] == ["site-packages/a.pyi", "site-packages/b.h"]
+    assert prose[0]["text"] == "Stub: returns an int."  # c.py: only a license comment
+    code = list(packages.iter_package_corpus("code", roots=roots))
+    assert [d["module"] for d in code] == ["site-packages/c.py"]  # code: .py files only
+
+
 def test_real_slice_is_deterministic(tmp_path):
     """Two builds of the first 25 documents of the real roots: the same bytes and hash."""
     metas = [write_corpus(str(tmp_path / d), "code", limit=25, source="packages")

@@ -22,7 +22,7 @@ import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
-from data_prep.stale import remove_stale_temps
+from data_prep.stale import remove_stale_temps, temp_name
 
 KINDS = ("prose", "code")
 _RULE = re.compile(r"^[\W_]*$")
@@ -140,7 +140,7 @@ def write_corpus(out_dir: str, kind: str = "prose", limit: int | None = None,
         extra["skipped"] = stats
     else:
         docs_iter, extra = iter_corpus(kind, limit), {"stdlib": str(stdlib_root())}
-    tmp = f"{path}.tmp-{os.getpid()}"
+    tmp = temp_name(path)
     docs = chars = 0
     digest = hashlib.sha256()
     try:

@@ -22,6 +22,7 @@ import sys
 from data_prep.corpus import corpus_path, write_corpus
 from data_prep.indexed import IncompleteDataset, check_complete, write_json_atomic
 from data_prep.shards import build_shards
+from data_prep.stale import temp_name
 from data_prep.tokenizer import META_FILE, MODEL_FILE, sha256_file, train_tokenizer
 
 KIND_TO_CORPUS = {"causal": "code", "masked": "prose"}
@@ -39,7 +40,7 @@ def _read_json(path: str) -> dict | None:
 def _write_sample(corpus: str, chars: int, out: str) -> dict:
     """Every k-th line (document) of ``corpus`` into ``out``: about TOKENIZER_SAMPLE_CHARS."""
     every = max(1, math.ceil(chars / TOKENIZER_SAMPLE_CHARS))
-    tmp = f"{out}.tmp-{os.getpid()}"
+    tmp = temp_name(out)
     n = 0
     with open(corpus, encoding="utf-8") as src, open(tmp, "w", encoding="utf-8") as dst:
         for i, line in enumerate(src):

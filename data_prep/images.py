@@ -9,9 +9,9 @@ and centre-cropped to ``image_size`` × ``image_size``.
 Layout of ``PREFIX``: ``PREFIX-00000.images.npy`` (uint8, N×S×S×3), ``PREFIX-00000.labels.npy``
 (int64, N), … and ``PREFIX.manifest.json`` (shard list and sizes, class names, image size, the
 per-channel mean/std of the data in [0, 1], whether horizontal flips keep the label). Shards are
-written as ``.tmp-PID`` files and renamed; the manifest is written last, so a prefix is complete
-exactly when :func:`check_images_complete` accepts it. Undecodable images and bad labels are
-problems (file and row/path named): skipped and reported, or fatal under ``strict``.
+written as ``.tmp-<host>-<pid>`` files and renamed; the manifest is written last, so a prefix is
+complete exactly when :func:`check_images_complete` accepts it. Undecodable images and bad labels
+are problems (file and row/path named): skipped and reported, or fatal under ``strict``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 
 from data_prep.indexed import IncompleteDataset, manifest_path, write_json_atomic
 from data_prep.inputs import Problem, ProblemLog
-from data_prep.stale import remove_stale_temps
+from data_prep.stale import remove_stale_temps, temp_name
 
 FORMAT = "mlsys-images-1"
 Items = Iterator[tuple[np.ndarray, int] | Problem]
@@ -158,7 +158,7 @@ def write_image_shards(items: Items, out_prefix: str, classes: list[str], size: 
         if fill:
             stem = f"{out_prefix}-{len(shards):05d}"
             for ext, arr in ((".images.npy", buf[:fill]), (".labels.npy", labels[:fill])):
-                tmp = f"{stem}{ext}.tmp-{os.getpid()}"
+                tmp = temp_name(f"{stem}{ext}")
                 with open(tmp, "wb") as f:
                     np.save(f, arr)
                 os.replace(tmp, stem + ext)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 
 from data_prep.inputs import BadInput
@@ -32,7 +33,8 @@ def _prepare(a: argparse.Namespace) -> dict:
 def _tokenizer(a: argparse.Namespace) -> dict:
     from data_prep.tokenizer import train_tokenizer
 
-    meta = train_tokenizer(a.input, a.vocab_size, a.out, a.model_type, a.json_key, a.strict)
+    meta = train_tokenizer(a.input, a.vocab_size, a.out, a.model_type, a.json_key, a.strict,
+                           overwrite=a.overwrite)
     return {k: meta[k] for k in ("vocab_size", "model_type", "model_sha256", "ids", "problems")}
 
 
@@ -40,7 +42,7 @@ def _shards(a: argparse.Namespace) -> dict:
     from data_prep.shards import build_shards
 
     m = build_shards(a.input, a.tokenizer, a.out, a.workers, a.split_sentences, a.json_key,
-                     a.append_eod, a.strict, progress=not a.quiet)
+                     a.append_eod, a.strict, progress=not a.quiet, overwrite=a.overwrite)
     return {k: m[k] for k in ("num_documents", "num_sequences", "num_tokens", "problems")}
 
 
@@ -88,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--model-type", choices=["bpe", "unigram"], default="bpe")
     t.add_argument("--json-key", default="text", help="jsonl key / parquet column")
     t.add_argument("--strict", action="store_true", help="first bad input is fatal (exit 2)")
+    t.add_argument("--overwrite", action="store_true",
+                   help="replace a tokenizer data_prep wrote in --out (other files stay)")
     t.set_defaults(fn=_tokenizer)
 
     s = sub.add_parser("shards", help="tokenize into megatron-core indexed datasets")
@@ -101,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--append-eod", action="store_true", help="end each document with eod (GPT)")
     s.add_argument("--strict", action="store_true", help="first bad input is fatal (exit 2)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--overwrite", action="store_true",
+                   help="replace shards data_prep wrote at --out")
     s.set_defaults(fn=_shards)
 
     b = sub.add_parser("bench", help="tokens/s with 1 and 2 workers on the default corpus")
@@ -127,8 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _exit_on_signal(signum: int, frame: object) -> None:
+    """SIGTERM/SIGINT end the command through its cleanup: temp files removed, finished
+    outputs untouched."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_on_signal)
     try:
         result = args.fn(args)
     except BadInput as e:

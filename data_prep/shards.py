@@ -21,7 +21,7 @@ from itertools import chain
 
 import numpy as np
 
-from data_prep.indexed import IndexedWriter, token_dtype
+from data_prep.indexed import IndexedWriter, manifest_path, token_dtype
 from data_prep.inputs import (
     Problem,
     ProblemLog,
@@ -30,6 +30,7 @@ from data_prep.inputs import (
     iter_documents,
     parse_record,
 )
+from data_prep.outputs import check_shards_out
 from data_prep.sentences import split_sentences
 from data_prep.tokenizer import META_FILE, MODEL_FILE, sha256_file
 
@@ -98,13 +99,16 @@ def _chunks(records, chunk_docs: int, chunk_bytes: int):
 
 def build_shards(inputs: list[str], tokenizer_dir: str, out_prefix: str, workers: int = 2,
                  split_sentences: bool = False, json_key: str = "text", append_eod: bool = False,
-                 strict: bool = False, progress: bool = True) -> dict:
+                 strict: bool = False, progress: bool = True, overwrite: bool = True) -> dict:
     """Tokenize ``inputs`` into ``out_prefix.{bin,idx}`` plus ``out_prefix.manifest.json``.
 
     Bad records are skipped, counted and reported with file and line (``strict``: the first one
     raises :class:`data_prep.inputs.BadInput` and nothing is written). Raises ValueError when no
-    valid document remains. Returns the manifest.
+    valid document remains. Returns the manifest. ``overwrite=False`` refuses existing shards
+    of data_prep's at ``out_prefix`` (the CLI's default); files not written by data_prep are
+    refused either way, before anything is read.
     """
+    check_shards_out(out_prefix, manifest_path(out_prefix), overwrite)
     paths = expand_inputs(inputs)
     with open(os.path.join(tokenizer_dir, META_FILE), encoding="utf-8") as f:
         meta = json.load(f)

@@ -7,21 +7,23 @@ its lines). Byte fallback is on (no ``<unk>`` for any UTF-8 text), normalisation
 and extra whitespace is kept, so ``decode(encode(text)) == text`` exactly. Sentencepiece marks a
 word start with ``▁``; the adapter uses that for whole-word masking.
 
-Output directory (written under a temporary name, renamed when complete): ``spm.model``,
-``spm.vocab``, ``tokenizer_meta.json``.
+Output directory: ``spm.model``, ``spm.vocab``, ``tokenizer_meta.json`` (``OWNED_FILES``), each
+written under a temporary name and renamed, the metadata last: a directory is a complete
+tokenizer when its metadata is there. Other files in the directory are never touched; an
+existing tokenizer there is replaced only with ``overwrite``, another tool's files never
+(``data_prep.outputs``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
-import shutil
 from collections.abc import Iterator
 
-from data_prep.indexed import write_json_atomic
+from data_prep.indexed import fsync_dir, sha256_file, write_json_atomic
 from data_prep.inputs import Problem, ProblemLog, expand_inputs, iter_documents, parse_record
-from data_prep.stale import remove_stale_temps
+from data_prep.outputs import check_tokenizer_out
+from data_prep.stale import remove_stale_temps, temp_name
 
 META_FILE = "tokenizer_meta.json"
 MODEL_FILE = "spm.model"
@@ -30,14 +32,8 @@ SPECIAL_IDS = {"pad": 0, "unk": 1, "eos": 2, "eod": 2, "bos": 3, "cls": 4, "sep"
 CONTROL_SYMBOLS = ["[CLS]", "[SEP]", "[MASK]"]
 USER_SYMBOLS = ["\n"]
 MAX_SENTENCE_BYTES = 16384
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
+OWNED_FILES = (MODEL_FILE, "spm.vocab", META_FILE)
+__all__ = ["META_FILE", "MODEL_FILE", "OWNED_FILES", "sha256_file", "train_tokenizer"]
 
 
 def _training_lines(paths: list[str], json_key: str, log: ProblemLog,
@@ -59,12 +55,16 @@ def _training_lines(paths: list[str], json_key: str, log: ProblemLog,
 
 def train_tokenizer(inputs: list[str], vocab_size: int, out_dir: str, model_type: str = "bpe",
                     json_key: str = "text", strict: bool = False,
-                    max_sentences: int = 2_000_000, threads: int | None = None) -> dict:
-    """Train on the documents of ``inputs`` and write ``out_dir``; return the metadata dict."""
+                    max_sentences: int = 2_000_000, threads: int | None = None,
+                    overwrite: bool = True) -> dict:
+    """Train on the documents of ``inputs`` and write ``out_dir``; return the metadata dict.
+    ``overwrite=False`` refuses an existing tokenizer in ``out_dir`` (the CLI's default);
+    files not written by data_prep are refused either way, before any training."""
     import sentencepiece as spm
 
     if model_type not in ("bpe", "unigram"):
         raise ValueError(f"model_type must be bpe or unigram, not {model_type!r}")
+    check_tokenizer_out(out_dir, OWNED_FILES, META_FILE, overwrite)
     paths = expand_inputs(inputs)
     log = ProblemLog(strict=strict)
     lines = list(_training_lines(paths, json_key, log, max_sentences))
@@ -82,36 +82,42 @@ def train_tokenizer(inputs: list[str], vocab_size: int, out_dir: str, model_type
         minloglevel=2,
     )
     sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
-    tmp = f"{out_dir.rstrip('/')}.tmp-{os.getpid()}"
-    remove_stale_temps(os.path.dirname(os.path.abspath(out_dir.rstrip('/'))))
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    os.makedirs(out_dir, exist_ok=True)
+    remove_stale_temps(out_dir)
+    check_tokenizer_out(out_dir, OWNED_FILES, META_FILE, overwrite)  # again: training took long
+    tmp = {name: temp_name(os.path.join(out_dir, name)) for name in OWNED_FILES}
     try:
-        with open(os.path.join(tmp, MODEL_FILE), "wb") as f:
+        with open(tmp[MODEL_FILE], "wb") as f:
             f.write(model.getvalue())
-        with open(os.path.join(tmp, "spm.vocab"), "w", encoding="utf-8") as f:
+            f.flush()
+            os.fsync(f.fileno())
+        with open(tmp["spm.vocab"], "w", encoding="utf-8") as f:
             for i in range(sp.get_piece_size()):
                 f.write(f"{sp.id_to_piece(i)!r}\t{sp.get_score(i)}\n")
+            f.flush()
+            os.fsync(f.fileno())
         ids = {name: sp.piece_to_id(piece) for name, piece in [
             ("pad", "<pad>"), ("unk", "<unk>"), ("eos", "</s>"), ("eod", "</s>"), ("bos", "<s>"),
             ("cls", "[CLS]"), ("sep", "[SEP]"), ("mask", "[MASK]"), ("newline", "\n")]}
         assert ids == SPECIAL_IDS, ids
         meta = {
             "format": "mlsys-sentencepiece-1", "model_file": MODEL_FILE,
-            "model_sha256": sha256_file(os.path.join(tmp, MODEL_FILE)),
+            "model_sha256": sha256_file(tmp[MODEL_FILE]),
             "vocab_size": sp.get_piece_size(), "model_type": model_type,
             "normalization": "identity", "byte_fallback": True, "word_start": "\u2581",
             "ids": ids, "inputs": paths, "training_lines": len(lines),
             "problems": log.to_dict(),
         }
-        write_json_atomic(os.path.join(tmp, META_FILE), meta)
-        old = f"{out_dir.rstrip('/')}.old-{os.getpid()}"
-        if os.path.exists(out_dir):
-            os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        meta_path = os.path.join(out_dir, META_FILE)
+        if os.path.exists(meta_path):
+            os.remove(meta_path)  # from here on the old tokenizer no longer looks complete
+        for name in (MODEL_FILE, "spm.vocab"):
+            os.replace(tmp[name], os.path.join(out_dir, name))
+        write_json_atomic(meta_path, meta)
+        fsync_dir(out_dir)
+    finally:
+        for path in tmp.values():
+            if os.path.exists(path):
+                os.remove(path)
     log.report()
     return meta

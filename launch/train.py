@@ -6,10 +6,16 @@
 (or ``python -m launch.train`` under torchrun / srun / mlsys.dist.spawn). Validates both configs
 before anything else (exit 2, message naming file and field), picks the CPU accelerator and
 gloo when no GPU is present, maps SLURM's variables to torch.distributed's, then runs
-``mlsys.train.controller.run_training``. Resumes at the newest checkpoint by default; ``--resume``
-insists on one, ``--fresh`` discards an earlier run's outputs. SIGTERM / SIGUSR1 checkpoint and
-exit 0. Exit 2: a bad config; 3: a non-finite loss or gradient, or a checkpoint that could not be
-written (the message says which and what is still there).
+``mlsys.train.controller.run_training``, which checks the data against the config and claims
+and locks the run directory before it changes anything there. Resumes at the newest checkpoint
+by default (a changed config is an error listing the changes; ``--accept-change FIELD`` accepts
+one that changes no number of the run); a finished run is not retrained; ``--resume`` insists
+on a checkpoint, ``--fresh`` discards an earlier run's outputs (only files mlsys wrote, in a
+directory it created). SIGTERM / SIGUSR1 / SIGINT: checkpoint and exit 0 (before the first
+step: exit 0 at once, nothing to save). Exit 2: a bad config, data that does not fit it, or a
+run directory that cannot be used as asked (nothing was changed); 3: a non-finite loss or
+gradient, or a checkpoint that could not be written (the message says which and what is still
+there).
 """
 
 from __future__ import annotations
@@ -29,18 +35,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--resume", action="store_true", help="require a checkpoint to resume from")
     g.add_argument("--fresh", action="store_true", help="start over, discarding earlier outputs")
     p.add_argument("--run-dir", default=None, help="override the run config's run_dir")
+    p.add_argument("--accept-change", action="append", default=[], metavar="FIELD",
+                   help="on resume, accept a changed config field that changes no number of "
+                        "the run (e.g. train.eval_every); repeatable")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
 
 def validate(config: str, ds_config: str, world_size: int, run_dir: str | None = None):
     """(run config, resolved DeepSpeed config) or ConfigError. Touches nothing."""
-    from mlsys.config import load_run_config
+    from mlsys.config import ConfigError, load_run_config, parse_run_config
     from mlsys.ds_config import load_ds_config, resolve_ds_config
 
     cfg = load_run_config(config)
     if run_dir is not None:
-        cfg = cfg.model_copy(update={"run_dir": run_dir})
+        if not run_dir.strip():
+            raise ConfigError("--run-dir: empty; give a directory")
+        cfg = parse_run_config({**cfg.model_dump(), "run_dir": run_dir}, f"{config} (--run-dir)")
     ds = resolve_ds_config(load_ds_config(ds_config), cfg, world_size, source=ds_config)
     return cfg, ds
 
@@ -77,9 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import deepspeed
 
-    from mlsys.dist.preempt import StopFlag
+    from mlsys.dist.preempt import Interrupted, StopFlag
     from mlsys.train.checkpoint import CheckpointError
     from mlsys.train.controller import run_training
+    from mlsys.train.rundir import RunDirError
     from mlsys.train.step import NonFiniteError
 
     stop = StopFlag().install()
@@ -89,13 +101,21 @@ def main(argv: list[str] | None = None) -> int:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    deepspeed.init_distributed(dist_backend=backend)
     resume: bool | str = True if args.resume else (False if args.fresh else "auto")
     try:
-        result = run_training(cfg, ds, resume=resume, stop=stop, progress=not args.no_progress)
+        deepspeed.init_distributed(dist_backend=backend)
+        result = run_training(cfg, ds, resume=resume, stop=stop, progress=not args.no_progress,
+                              accept_changes=tuple(args.accept_change))
+    except (ConfigError, RunDirError, FileNotFoundError) as err:  # nothing was changed
+        print(f"{cfg.name}: error: {err}", file=sys.stderr, flush=True)
+        return 2
     except (NonFiniteError, CheckpointError) as err:  # a clear message, no traceback
         print(f"{cfg.name}: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
         return 3
+    except Interrupted as err:
+        print(f"{cfg.name}: {err} before training started; nothing to save", file=sys.stderr,
+              flush=True)
+        return 0
     if int(os.environ["RANK"]) == 0:
         print(f"{cfg.name}: {result['status']}" + (
             f", val loss {result['val_loss']:.4f}, final model in {result['final_dir']}"

@@ -201,6 +201,20 @@ class RunConfig(_Strict):
     schedule: ScheduleConfig = ScheduleConfig()
     phases: list[PhaseConfig] = Field(min_length=1)
 
+    @field_validator("name")
+    @classmethod
+    def _not_a_path(cls, name: str) -> str:
+        if set(name) == {"."}:
+            raise ValueError(f"{name!r} names a directory above or at runs/, not a run")
+        return name
+
+    @field_validator("run_dir")
+    @classmethod
+    def _not_empty(cls, run_dir: str | None) -> str | None:
+        if run_dir is not None and run_dir.strip() in ("", "."):
+            raise ValueError(f"{run_dir!r} is the current directory, not a run directory")
+        return run_dir
+
     @model_validator(mode="after")
     def _check_schedule(self) -> RunConfig:
         if self.phases[0].level != 1 and not self.vcycle.growth:

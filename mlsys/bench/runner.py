@@ -19,7 +19,7 @@ from mlsys.bench.report import compare, markdown, plot, table
 from mlsys.config import ConfigError, parse_run_config
 from mlsys.data.run_data import prepare_default_data
 from mlsys.dist.spawn import start_ranks, wait_ranks
-from mlsys.train.checkpoint import fork_run
+from mlsys.train.checkpoint import complete_tags, fork_run
 from mlsys.train.metrics import read_metrics
 from mlsys.train.rundir import RunDir
 
@@ -67,8 +67,10 @@ def start(cfg: dict[str, Any], ds_config: str, ranks: int, out: Path, root: Path
         tag = fork_run(out / fork["from"], run.root, int(fork["step"]))
         print(f"   {cfg['name']}: forked from {fork['from']} at {tag}", flush=True)
     args = ["--config", str(path), "--ds_config", ds_config]
-    if not fork and not same:
-        args.append("--fresh")
+    for key in BOOKKEEPING:
+        args += ["--accept-change", f"train.{key}"]
+    if not fork and not (same and complete_tags(run.checkpoints)):
+        args.append("--fresh")  # another config, or nothing to resume: start over
     if log is not None:
         args.append("--no-progress")
     env = dict(os.environ, DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"))

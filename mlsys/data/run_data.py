@@ -18,11 +18,13 @@ import transformers
 
 from data_prep.default import prepare_default
 from data_prep.images import check_images_complete, prepare_default_images
-from mlsys.config import RunConfig
+from data_prep.tokenizer import OWNED_FILES as TOKENIZER_FILES
+from mlsys.config import ConfigError, RunConfig
+from mlsys.data.checks import check_text_data
 from mlsys.data.hf_tokenizer import save_hf_tokenizer
 from mlsys.data.megatron import build_datasets, collate_hf, load_tokenizer
 from mlsys.data.vision import build_image_datasets, collate_images
-from mlsys.dist.process import barrier, rank
+from mlsys.dist.process import barrier, from_main, rank
 from mlsys.families import get_family
 
 
@@ -64,6 +66,30 @@ def data_paths(cfg: RunConfig) -> dict[str, str]:
     return prepare_default_data(cfg)
 
 
+def check_run_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> None:
+    """Prepare the default data if the config asks for it (outside the run directory), then
+    check the data against the config on rank 0 (``mlsys.data.checks``); every rank raises
+    the same ``ConfigError``. Writes nothing in the run directory (collective)."""
+    paths = data_paths(cfg)
+
+    def problem() -> str | None:
+        try:
+            if cfg.kind == "vision":
+                check_images_complete(paths["data_prefix"])
+            else:
+                check_text_data(cfg, paths["tokenizer_dir"], paths["data_prefix"],
+                                (train_samples, valid_samples, 0))
+        except ConfigError as err:
+            return str(err)
+        except (ValueError, OSError) as err:  # an image prefix that is not complete
+            return f"data.data_prefix: {err}"
+        return None
+
+    message = from_main(problem)
+    if message is not None:
+        raise ConfigError(message)
+
+
 def tokenizer_vocab_size(tokenizer: Any) -> int:
     for attr in ("vocab_size", "get_piece_size"):
         value = getattr(tokenizer, attr, None)
@@ -87,9 +113,14 @@ def _text_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunDat
     kind, max_length = cfg.kind, cfg.model.max_position
 
     def save_processor(out_dir: Path) -> None:
-        for f in Path(tokenizer_dir).iterdir():  # the sentencepiece files, for Megatron users
-            if f.is_file():
-                shutil.copy2(f, Path(out_dir) / f.name)
+        """The tokenizer's own files, by name (never over a file the export already holds:
+        a tokenizer_dir that is an older run's final/ carries a model too)."""
+        for name in TOKENIZER_FILES:  # the sentencepiece files, for Megatron users
+            src, dst = Path(tokenizer_dir) / name, Path(out_dir) / name
+            if src.is_file():
+                if dst.exists():
+                    raise FileExistsError(f"export: {dst} exists; not copying {src} over it")
+                shutil.copy2(src, dst)
         save_hf_tokenizer(tokenizer_dir, kind, out_dir, max_length)
 
     return RunData(train, valid, tokenizer_dir, tokenizer_vocab_size(load_tokenizer(tokenizer_dir)),

@@ -2,12 +2,14 @@
 
 ``<run_dir>/checkpoints/<tag>/`` holds DeepSpeed's files (model, optimizer, LR schedule; the
 controller state also goes into DeepSpeed's client state), ``rng/rank<r>.pt`` (each rank's
-torch / numpy / python RNG), ``manifest.json`` (size and SHA-256 of every file, and of the
-saved weights the state refers to) and ``controller.json``, written last by rank 0: a tag
-without it is incomplete and ignored. Tags are ``step<global step>-phase<phase>``; a resume
-loads the newest complete tag whose files match its manifest, reporting any newer damaged
-one. The saved interpolation weights live outside the tags (``<run_dir>/vcycle/``),
-referenced by path from the state.
+torch / numpy / python RNG as plain tensors and numbers, loaded with ``weights_only=True``),
+``controller.json`` and ``manifest.json``: size and SHA-256 of every file above and of the
+saved weights the state refers to, written last by rank 0 after every file was fsync'd. The
+manifest is the completion marker: a tag without it is incomplete. Tags are
+``step<global step>-phase<phase>``; a resume loads the newest tag whose files match its
+manifest and whose ``controller.json`` is listed there and reads, reporting each newer one
+that does not and falling back to the one before. The saved interpolation weights live
+outside the tags (``<run_dir>/vcycle/``), referenced by path from the state.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from mlsys.atomic import atomic_path, write_json
+from mlsys.atomic import atomic_path, fsync_tree, write_json
 from mlsys.dist.process import barrier, rank
-from mlsys.train.manifest import manifest_problem, relocate_external, write_manifest
-from mlsys.train.rundir import RunDir
+from mlsys.train.manifest import MANIFEST, lists, manifest_problem, write_manifest
+from mlsys.train.rundir import RunDir, RunDirError
 from mlsys.train.state import ControllerState
 
 STATE_FILE = "controller.json"
@@ -37,33 +39,66 @@ def _tag(state: ControllerState) -> str:
 
 
 def _rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-            "python": random.getstate()}
+    """This process's RNG states as tensors, ints, floats and None only (no pickle)."""
+    key, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    return {"torch": torch.get_rng_state(),
+            "numpy": {"key": key, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos,
+                      "has_gauss": has_gauss, "gauss": gauss},
+            "python": {"version": version, "state": torch.tensor(internal, dtype=torch.int64),
+                       "gauss_next": gauss_next}}
 
 
 def _set_rng_state(s: dict[str, Any]) -> None:
     torch.set_rng_state(s["torch"])
-    np.random.set_state(s["numpy"])
-    random.setstate(s["python"])
+    n = s["numpy"]
+    np.random.set_state((n["key"], n["keys"].numpy().astype(np.uint32), n["pos"],
+                         n["has_gauss"], n["gauss"]))
+    p = s["python"]
+    random.setstate((p["version"], tuple(int(x) for x in p["state"].tolist()), p["gauss_next"]))
 
 
-def complete_tags(root: str | Path) -> list[str]:
-    """Tags with a controller.json, oldest first."""
+def _step_of(tag: str) -> int:
+    return int(tag[4:11])
+
+
+def tags(root: str | Path) -> list[str]:
+    """Every checkpoint tag directory (finished or not), oldest first."""
     root = Path(root)
     if not root.is_dir():
         return []
-    tags = [p.name for p in root.iterdir() if (p / STATE_FILE).is_file()]
-    return sorted(tags, key=lambda t: (int(t[4:11]), t))
+    found = [p.name for p in root.iterdir()
+             if p.is_dir() and p.name.startswith("step") and p.name[4:11].isdigit()]
+    return sorted(found, key=lambda t: (_step_of(t), t))
+
+
+def complete_tags(root: str | Path) -> list[str]:
+    """Tags with a manifest (finished writing), oldest first."""
+    return [t for t in tags(root) if (Path(root) / t / MANIFEST).is_file()]
+
+
+def tag_problem(tag_dir: Path, checksums: bool = True) -> str | None:
+    """Why the tag cannot be resumed (naming the file), or None."""
+    problem = manifest_problem(tag_dir, checksums=checksums)
+    if problem is not None:
+        return problem
+    if not lists(tag_dir, STATE_FILE):
+        return f"{tag_dir / MANIFEST}: does not record {STATE_FILE}"
+    try:
+        ControllerState.from_dict(json.loads((tag_dir / STATE_FILE).read_text()))
+    except (OSError, ValueError, TypeError) as err:
+        return f"{tag_dir / STATE_FILE}: unreadable ({err})"
+    return None
 
 
 def latest_good_tag(root: str | Path, report: Callable[[str], None] = print) -> str | None:
-    """The newest complete tag whose files match its manifest; each newer damaged tag is
+    """The newest tag that ``tag_problem`` finds nothing wrong with; each newer tag is
     reported (tag and file) and skipped."""
-    for tag in reversed(complete_tags(root)):
-        problem = manifest_problem(Path(root) / tag)
+    for tag in reversed(tags(root)):
+        problem = tag_problem(Path(root) / tag)
         if problem is None:
             return tag
-        report(f"checkpoint {tag} is damaged ({problem}); trying the one before it")
+        report(f"checkpoint {tag} is damaged or incomplete ({problem}); trying the one before")
     return None
 
 
@@ -92,10 +127,11 @@ def save_checkpoint(engine: Any, root: str | Path, state: ControllerState, keep:
         rng_dir = root / tag / "rng"
         rng_dir.mkdir(parents=True, exist_ok=True)
         torch.save(_rng_state(), rng_dir / f"rank{rank()}.pt")
+        fsync_tree(root / tag)  # every rank: what it wrote is on disk before the manifest
         barrier()
         if rank() == 0:
-            write_manifest(root / tag, extra=state.saved.values(), exclude=[STATE_FILE])
             write_json(root / tag / STATE_FILE, asdict(state))
+            write_manifest(root / tag, extra=state.saved.values())  # the completion marker
     except (OSError, RuntimeError) as err:
         shutil.rmtree(root / tag, ignore_errors=True)
         previous = [t for t in complete_tags(root) if t != tag]
@@ -103,7 +139,7 @@ def save_checkpoint(engine: Any, root: str | Path, state: ControllerState, keep:
             f"checkpoint {tag} could not be written under {root}: {err}. Its partial files "
             f"were removed; the newest checkpoint is still {previous[-1] if previous else 'none'}"
             ". Free space and run the same command to resume.") from err
-    if rank() == 0 and manifest_problem(root / tag, checksums=False) is None:
+    if rank() == 0 and tag_problem(root / tag, checksums=False) is None:
         for old in complete_tags(root)[:-keep]:  # never prune when the new tag is bad
             shutil.rmtree(root / old, ignore_errors=True)
     barrier()
@@ -118,32 +154,51 @@ def load_checkpoint(engine: Any, root: str | Path, tag: str) -> ControllerState:
         raise RuntimeError(f"{Path(root) / tag}: DeepSpeed could not load this checkpoint")
     rng_file = Path(root) / tag / "rng" / f"rank{rank()}.pt"
     if rng_file.is_file():
-        _set_rng_state(torch.load(rng_file, weights_only=False))
+        _set_rng_state(torch.load(rng_file, weights_only=True))
     return read_state(root, tag)
 
 
 def fork_run(source_dir: str | Path, target_dir: str | Path, step: int) -> str:
     """Start ``target_dir`` as a copy of ``source_dir`` at its checkpoint of global ``step``
     (the one taken before a transition at that step): the tag, the saved interpolation weights
-    (``vcycle/``, paths in the state rewritten) and ``metrics.jsonl``. Resuming the target with
-    another config branches the run there; with the same config it reproduces the source.
-    Replaces whatever ``target_dir`` held; returns the tag."""
+    (``vcycle/``, paths in the state rewritten, the manifest rewritten with them) and
+    ``metrics.jsonl``, with the run-directory marker. Resuming the target with another config
+    branches the run there; with the same config it reproduces the source. ``target_dir``
+    must be absent, empty or a run directory of mlsys's (it is replaced); returns the tag."""
     src, dst = RunDir(source_dir), RunDir(target_dir)
-    tags = [t for t in complete_tags(src.checkpoints) if int(t[4:11]) == step]
-    if not tags:
+    problem = dst.claim_problem()
+    if problem is not None:
+        raise RunDirError(problem)
+    found = [t for t in complete_tags(src.checkpoints) if _step_of(t) == step]
+    if not found:
         have = ", ".join(complete_tags(src.checkpoints)) or "none"
         raise FileNotFoundError(f"{src.checkpoints}: no complete checkpoint at step {step} "
                                 f"(have: {have})")
-    tag = min(tags, key=lambda t: int(t.rsplit("phase", 1)[1]))
+    tag = min(found, key=lambda t: int(t.rsplit("phase", 1)[1]))
+    problem = tag_problem(src.checkpoints / tag)
+    if problem is not None:
+        raise RuntimeError(f"cannot fork from {src.checkpoints / tag}: {problem}")
     with atomic_path(dst.root) as tmp_root:
         tmp = RunDir(tmp_root)
         shutil.copytree(src.checkpoints / tag, tmp.checkpoints / tag)
         if src.vcycle.is_dir():
             shutil.copytree(src.vcycle, tmp.vcycle)
         shutil.copy2(src.metrics, tmp.metrics)
+        tmp.write_marker(dst.root.name)
         state = read_state(tmp.checkpoints, tag)
         moved = {path: str(dst.vcycle / Path(path).name) for path in state.saved.values()}
         state.saved = {level: moved[path] for level, path in state.saved.items()}
         (tmp.checkpoints / tag / STATE_FILE).write_text(json.dumps(asdict(state), indent=1))
-        relocate_external(tmp.checkpoints / tag, moved)
+        local = {str(tmp.vcycle / Path(p).name): p for p in moved.values()}
+        write_manifest(tmp.checkpoints / tag, extra=local)
+        _rename_external(tmp.checkpoints / tag, local)
     return tag
+
+
+def _rename_external(tag_dir: Path, names: dict[str, str]) -> None:
+    """Record the manifest's external files under their final paths (``names``: temp path ->
+    final path), after ``fork_run`` hashed them under the temp directory."""
+    path = tag_dir / MANIFEST
+    manifest = json.loads(path.read_text())
+    manifest["external"] = {names.get(k, k): v for k, v in manifest["external"].items()}
+    write_json(path, manifest)

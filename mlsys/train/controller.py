@@ -5,9 +5,16 @@
 schedule) and trains the phase's steps on the shared data stream; between phases the V-cycle's
 policy (``mlsys.vcycle.transition``) turns the model into the next level's. Under ZeRO-3 every
 model is built partitioned (an ``HfDeepSpeedConfig`` stays alive for the run). Checkpoints are
-written every ``train.checkpoint_every`` steps, after every transition and on SIGTERM/SIGUSR1;
+written every ``train.checkpoint_every`` steps, after every transition and on a stop signal;
 a run resumes at the newest one. At the end rank 0 exports ``final/`` and plots validation loss
 against FLOPs (layout: ``mlsys.train.rundir``).
+
+Before anything in the run directory is created, changed or removed, the data is checked
+against the config (``mlsys.data.run_data.check_run_data``); then rank 0 claims and locks the
+directory and decides how the run starts (``mlsys.train.resume.open_run``), holding the lock
+until the run ends. Signals: before the first step a stop signal ends the run at once (nothing
+to save, ``Interrupted``); from then on it is honoured at the next step record, and after a
+transition once its checkpoint is written.
 """
 
 from __future__ import annotations
@@ -24,10 +31,10 @@ from transformers.integrations import HfDeepSpeedConfig
 from mlsys.atomic import write_json
 from mlsys.config import RunConfig
 from mlsys.data.loader import StepBatches
-from mlsys.data.run_data import build_run_data
+from mlsys.data.run_data import build_run_data, check_run_data
 from mlsys.data.stream import batches, eval_indices
 from mlsys.dist.preempt import StopFlag
-from mlsys.dist.process import barrier, rank, world_size
+from mlsys.dist.process import barrier, initialized, rank, world_size
 from mlsys.dist.weights_io import gather_weights
 from mlsys.flops import dims_of, flops_per_step
 from mlsys.models import build_model, hf_config, level_config
@@ -52,8 +59,10 @@ class Controller:
     """One training run. Construct on every rank, then ``run()``."""
 
     def __init__(self, cfg: RunConfig, ds_config: dict[str, Any], resume: bool | str = "auto",
-                 stop: StopFlag | None = None, progress: bool = True) -> None:
+                 stop: StopFlag | None = None, progress: bool = True,
+                 accept_changes: tuple[str, ...] = ()) -> None:
         self.cfg, self.ds_config, self.resume = cfg, ds_config, resume
+        self.accept_changes = accept_changes
         self.stop = stop or StopFlag()
         self.show_progress = progress
         self.run_dir = RunDir(cfg.out_dir)
@@ -194,6 +203,13 @@ class Controller:
                      wall=self._wall(), **extra)
         return means
 
+    def _stop_agreed(self) -> bool:
+        """Whether any rank got a stop signal (one all-reduce; used between phases)."""
+        flag = torch.tensor([1.0 if self.stop.local else 0.0])
+        if initialized():
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return bool(flag.item())
+
     def _transition(self) -> None:
         """Move to the next phase's level on a new engine (``mlsys.vcycle.transition``). With
         ``vcycle.optimizer: map`` the new engine is built before the old one is destroyed."""
@@ -252,11 +268,21 @@ class Controller:
 
     def run(self) -> dict[str, Any]:
         """The whole run: returns {status: done|preempted|already-done, val_loss, flops, ...}."""
-        start = open_run(self.run_dir, self.resume)
-        if start.already_done:
-            return {"status": "already-done", **json.loads(self.run_dir.done.read_text())}
-        self._prepare(start.logged_through)
-        self._start(start.tag)
+        cfg, g = self.cfg, self.cfg.train.global_batch_size
+        check_run_data(cfg, cfg.train_samples, cfg.train.eval_batches * g)
+        start, lock = open_run(self.run_dir, cfg, self.resume, self.accept_changes)
+        try:
+            if start.already_done:
+                return {**json.loads(self.run_dir.done.read_text()), "status": "already-done"}
+            self._prepare(start.logged_through)
+            self._start(start.tag)
+            return self._train()
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _train(self) -> dict[str, Any]:
+        self.stop.immediate = False  # from here a signal is honoured at a record: checkpoint
         self._t0 = time.perf_counter()
         with Progress(self.cfg.total_steps, self.state.global_step,
                       enabled=self.show_progress and self.rank == 0) as bar:
@@ -264,6 +290,10 @@ class Controller:
             while finished and self.state.phase < len(self.cfg.phases) - 1:
                 self._transition()
                 self._checkpoint()
+                if self._stop_agreed():
+                    self._record("preempted", signal=self.stop.signal)
+                    finished = False
+                    break
                 finished = self._run_phase(bar)
         if finished:
             return self._finish()
@@ -273,7 +303,9 @@ class Controller:
 
 
 def run_training(cfg: RunConfig, ds_config: dict[str, Any], resume: bool | str = "auto",
-                 stop: StopFlag | None = None, progress: bool = True) -> dict[str, Any]:
+                 stop: StopFlag | None = None, progress: bool = True,
+                 accept_changes: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run (or resume) the training run ``cfg`` with the resolved DeepSpeed config on every
     rank of the initialised process group; see the module docstring."""
-    return Controller(cfg, ds_config, resume=resume, stop=stop, progress=progress).run()
+    return Controller(cfg, ds_config, resume=resume, stop=stop, progress=progress,
+                      accept_changes=accept_changes).run()

@@ -1,5 +1,6 @@
-"""Checkpoint manifests: the size and SHA-256 of every file of a checkpoint tag (and of the
-saved interpolation weights it refers to), written before the tag is marked complete, so a
+"""Checkpoint manifests: the size and SHA-256 of every file of a checkpoint tag (the
+controller's state included, and the saved interpolation weights it refers to), written last:
+the manifest is the tag's completion marker, so a tag without one is incomplete, and a
 truncated, missing or altered file is found before anything is loaded."""
 
 from __future__ import annotations
@@ -36,15 +37,15 @@ def write_manifest(tag_dir: Path, extra: Iterable[str | Path] = (),
 
 def manifest_problem(tag_dir: Path, checksums: bool = True) -> str | None:
     """What is wrong with the files ``tag_dir/manifest.json`` lists (the first problem, naming
-    the file), or None. A tag without a manifest (written before manifests) passes."""
+    the file), or None. A tag without a manifest is incomplete: a problem."""
     path = tag_dir / MANIFEST
     if not path.is_file():
-        return None
+        return f"{path}: missing (the checkpoint was not finished)"
     try:
         manifest = json.loads(path.read_text())
-    except ValueError:
+        listed = [(tag_dir / name, e) for name, e in manifest["files"].items()]
+    except (ValueError, KeyError, TypeError, AttributeError):
         return f"{path}: unreadable manifest"
-    listed = [(tag_dir / name, e) for name, e in manifest["files"].items()]
     listed += [(Path(name), e) for name, e in manifest.get("external", {}).items()]
     for file, entry in listed:
         if not file.is_file():
@@ -57,12 +58,9 @@ def manifest_problem(tag_dir: Path, checksums: bool = True) -> str | None:
     return None
 
 
-def relocate_external(tag_dir: Path, moved: dict[str, str]) -> None:
-    """Rename external entries of ``tag_dir``'s manifest (old path -> new path), e.g. after
-    the saved weights were copied with the tag to another run directory."""
-    path = tag_dir / MANIFEST
-    if not path.is_file():
-        return
-    manifest = json.loads(path.read_text())
-    manifest["external"] = {moved.get(k, k): v for k, v in manifest.get("external", {}).items()}
-    write_json(path, manifest)
+def lists(tag_dir: Path, name: str) -> bool:
+    """True if ``tag_dir``'s manifest records the file ``name`` (relative to the tag)."""
+    try:
+        return name in json.loads((tag_dir / MANIFEST).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False

@@ -9,11 +9,13 @@
 # ranks, which checkpoint and exit 0, then it requeues the job (`scontrol requeue`), and the
 # requeued job resumes from the run's `latest` checkpoint. SIGTERM (scancel, `scontrol requeue`,
 # preemption) reaches the ranks directly: they checkpoint and exit; SLURM requeues or ends the
-# job itself. A run is finished when RUN_DIR/final exists.
+# job itself. A run is finished when RUN_DIR/done.json exists.
 #
-# Inputs (environment): CONFIG, DS_CONFIG (required); RUN_DIR (optional, needs train.py
-# --run_dir; default: the config's run_dir); PYTHON (default .venv/bin/python); TRAIN_ARGS
-# (extra train.py arguments, split on spaces); MLSYS_MAX_RESTARTS (default 50).
+# Inputs (environment): CONFIG, DS_CONFIG (required); RUN_DIR (optional, passed as train.py
+# --run-dir; default: the config's run_dir); PYTHON (default .venv/bin/python); TRAIN_ARGS
+# (extra train.py arguments, split on spaces; --fresh applies to the job's first start only,
+# so a requeue resumes the checkpoint it just wrote instead of wiping it); MLSYS_MAX_RESTARTS
+# (default 50).
 set -uo pipefail
 
 die() { echo "run.sh: $*" >&2; exit 1; }
@@ -32,11 +34,18 @@ if [[ -n ${SLURM_GPUS_PER_NODE:-} && -n ${SLURM_NTASKS_PER_NODE:-} ]] \
     die "--ntasks-per-node=$SLURM_NTASKS_PER_NODE but --gpus-per-node=$SLURM_GPUS_PER_NODE: one rank per GPU needs them equal"
 fi
 
-read -r -a train_args <<< "${TRAIN_ARGS:-}"
+restarts="${SLURM_RESTART_COUNT:-0}"
+read -r -a given_args <<< "${TRAIN_ARGS:-}"
+train_args=()
+for arg in "${given_args[@]}"; do
+    if [[ $arg == --fresh ]] && (( restarts > 0 )); then
+        echo "run.sh: restart $restarts: not passing --fresh again (it applied to the first start)"
+        continue
+    fi
+    train_args+=("$arg")
+done
 if [[ -n ${RUN_DIR:-} ]]; then
-    "$PYTHON" launch/train.py --help 2>/dev/null | grep -q -- --run_dir \
-        || die "RUN_DIR: this launch/train.py has no --run_dir; set run_dir in $CONFIG instead"
-    train_args+=(--run_dir "$RUN_DIR")
+    train_args+=(--run-dir "$RUN_DIR")
 else
     # The config's run dir; loading it also validates the config before any rank starts.
     RUN_DIR="$("$PYTHON" -c 'import sys
@@ -47,7 +56,6 @@ except ConfigError as err:
     sys.exit(f"config error: {err}")' "$CONFIG")" || exit 2
 fi
 
-restarts="${SLURM_RESTART_COUNT:-0}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"
 echo "run.sh: job $SLURM_JOB_ID (restart $restarts) on ${SLURM_JOB_NODELIST:-?}:" \
     "${SLURM_NTASKS:-?} ranks, config $CONFIG, ds $DS_CONFIG, run dir $RUN_DIR"
@@ -74,7 +82,7 @@ while :; do
     kill -0 "$srun_pid" 2>/dev/null || break  # wait was only interrupted by a signal
 done
 
-if [[ -d $RUN_DIR/final ]]; then
+if [[ -f $RUN_DIR/done.json ]]; then
     echo "run.sh: finished; model in $RUN_DIR/final"
     exit 0
 fi
@@ -90,5 +98,5 @@ if [[ $signalled == TERM ]]; then
     echo "run.sh: stopped by SIGTERM (srun exit $rc); SLURM decides whether to requeue" >&2
     exit "$rc"
 fi
-echo "run.sh: training exited $rc without $RUN_DIR/final" >&2
+echo "run.sh: training exited $rc without $RUN_DIR/done.json" >&2
 exit $(( rc == 0 ? 1 : rc ))

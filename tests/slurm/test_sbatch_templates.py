@@ -97,15 +97,17 @@ def test_template_trains_tiny_vcycle_to_final(slurm_env, tmp_path, template, tin
 
 
 def _first_checkpoint(run: Path) -> bool:
-    return any((run / "checkpoints").glob("*/controller.json"))
+    return any((run / "checkpoints").glob("*/manifest.json"))  # a tag's completion marker
 
 
-def _interrupt_and_check(tmp_path: Path, slurm_env: dict[str, str], interrupt: list[str]):
+def _interrupt_and_check(tmp_path: Path, slurm_env: dict[str, str], interrupt: list[str],
+                         job_env: dict[str, str] | None = None, run: Path | None = None):
     """Start a run, interrupt it right after its first checkpoint, let SLURM requeue it, and
-    check that the second start resumed from a checkpoint and finished."""
+    check that the second start resumed from a checkpoint and finished (in ``run``: the
+    config's run_dir unless the job's environment sets RUN_DIR)."""
     config, total = tiny_config(tmp_path, 0.2, checkpoint_every=5)  # 4 + 30 + 52 steps
-    run = tmp_path / "run"
-    job, log = submit(tmp_path, slurm_env, config)
+    run = run or tmp_path / "run"
+    job, log = submit(tmp_path, {**slurm_env, **(job_env or {})}, config)
     wait_for("the first checkpoint", lambda: _first_checkpoint(run), JOB_TIMEOUT, log)
     assert job_info(job, slurm_env)["JobState"] == "RUNNING"
     subprocess.run([*interrupt, str(job)], env=slurm_env, check=True)
@@ -126,8 +128,14 @@ def _interrupt_and_check(tmp_path: Path, slurm_env: dict[str, str], interrupt: l
 
 def test_requeue_resumes_from_checkpoint(slurm_env, tmp_path):
     # `scontrol requeue` (what preemption does): SIGTERM to the ranks, they checkpoint and
-    # exit; SLURM requeues the job; the new start resumes from the newest checkpoint.
-    _interrupt_and_check(tmp_path, slurm_env, ["scontrol", "requeue"])
+    # exit; SLURM requeues the job; the new start resumes from the newest checkpoint. With
+    # RUN_DIR set (it overrides the config's run_dir) and TRAIN_ARGS="--fresh": --fresh applies
+    # to the first start only, so the requeued start resumes instead of wiping its checkpoint.
+    run = tmp_path / "elsewhere"
+    text = _interrupt_and_check(tmp_path, slurm_env, ["scontrol", "requeue"],
+                                {"RUN_DIR": str(run), "TRAIN_ARGS": "--fresh"}, run)
+    assert not (tmp_path / "run").exists()
+    assert "not passing --fresh again" in text
 
 
 def test_time_limit_signal_checkpoints_and_requeues(slurm_env, tmp_path):

@@ -84,8 +84,8 @@ def test_damaged_newest_checkpoint_resumes_from_the_one_before(gpt_data, tmp_pat
 
     train(config, "zero1.json", nproc=1, log=tmp_path / "again.log")
     log = (tmp_path / "again.log").read_text()
-    assert f"checkpoint {newest} is damaged ({biggest}: {size // 2} bytes, the manifest says " \
-           f"{size})" in log
+    assert f"checkpoint {newest} is damaged or incomplete ({biggest}: {size // 2} bytes, the " \
+           f"manifest says {size})" in log
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["tag"] for r in records if r["event"] == "resume"] == [before]
     _steps_once(records, 40)
@@ -200,14 +200,19 @@ def test_full_disk_while_checkpointing_then_resume(gpt_data, tmp_path):
 
 def test_data_prep_removes_temp_files_of_a_killed_run(tmp_path: Path) -> None:
     from data_prep.corpus import write_corpus
+    from data_prep.stale import HOST
 
     dead = subprocess.Popen(["true"])
     dead.wait()
-    stale = tmp_path / f"stdlib_code.jsonl.tmp-{dead.pid}"
+    stale = tmp_path / f"stdlib_code.jsonl.tmp-{HOST}-{dead.pid}"
     stale.write_text("half a corpus")
-    ours = tmp_path / f"other.tmp-{os.getppid()}"  # a live process's temp file stays
-    ours.write_text("in use")
+    live = tmp_path / f"other.tmp-{HOST}-{os.getppid()}"  # a live process's temp file stays
+    live.write_text("in use")
+    remote = tmp_path / f"other.tmp-node7-{dead.pid}"  # another host's writer: not ours to judge
+    remote.write_text("written on another node")
+    foreign = tmp_path / f"notes.tmp-{dead.pid}"  # not data_prep's naming
+    foreign.write_text("the user's")
     write_corpus(str(tmp_path), "code", limit=2)
-    assert not stale.exists() and ours.exists()
+    assert not stale.exists() and live.exists() and remote.exists() and foreign.exists()
     assert (tmp_path / "stdlib_code.jsonl").is_file()
 

@@ -51,7 +51,10 @@ def test_llama_vcycle_trains_exports_and_resumes(gpt_data: dict, tmp_path: Path)
     assert abs(loss - end["val_loss"]) < 1e-5, (loss, end["val_loss"])
     assert torch.isfinite(torch.tensor(loss))
 
-    # Resume from the checkpoint inside the small phase (level 2, step 4): same losses.
+    # Resume from the checkpoint inside the small phase (level 2, step 4): same losses. The
+    # finished run's done.json and final/ go too (a finished run is never retrained).
+    (tmp_path / "run" / "done.json").unlink()
+    shutil.rmtree(final)
     root = tmp_path / "run" / "checkpoints"
     small = [t for t in complete_tags(root)
              if json.loads((root / t / "controller.json").read_text())["phase"] == 1]

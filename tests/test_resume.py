@@ -64,7 +64,10 @@ def test_sigterm_in_small_phase_then_resume_matches(bert_data: dict, tmp_path: P
     assert_same(ref, resumed)
 
     # Resume from the checkpoint written right after the up-transition (interpolated model,
-    # fresh optimizer): drop the newer tags and go again.
+    # fresh optimizer): drop the newer tags and the finished run's outputs (a finished run is
+    # never retrained: as if it had crashed there) and go again.
+    (tmp_path / "cut" / "done.json").unlink()
+    shutil.rmtree(tmp_path / "cut" / "final")
     root = tmp_path / "cut" / "checkpoints"
     tags = [t for t in complete_tags(root) if json.loads(
         (root / t / "controller.json").read_text())["phase"] == 2]

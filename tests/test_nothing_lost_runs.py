@@ -186,16 +186,30 @@ def _until_ready(proc: subprocess.Popen) -> list[str]:
     raise AssertionError("".join(lines[-40:]))
 
 
-def test_sigterm_while_data_is_prepared_ends_the_run_at_once(gpt_data, tmp_path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_data_is_prepared_ends_the_run_at_once(gpt_data, tmp_path, sig) -> None:
     config = _config(gpt_data, tmp_path / "run.yaml", tmp_path / "run")
     proc = _patched("mlsys.train.controller", "check_run_data", 600, config)
     _until_ready(proc)
     t0 = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     assert proc.wait(timeout=30) == 0
     assert time.monotonic() - t0 < 30
-    assert "stopped by SIGTERM before training started" in proc.stdout.read()
+    assert f"stopped by {signal.Signals(sig).name} before training started" in proc.stdout.read()
     assert not (tmp_path / "run").exists()  # nothing was written
+
+
+def test_sigterm_during_the_export_finishes_it(gpt_data, tmp_path) -> None:
+    """The export is written whole or not at all; a signal during it lets it finish."""
+    from transformers import AutoModelForCausalLM
+
+    config = _config(gpt_data, tmp_path / "run.yaml", tmp_path / "run")
+    proc = _patched("mlsys.train.controller", "export_run_model", 3, config)
+    _until_ready(proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0, proc.stdout.read()[-3000:]
+    assert (tmp_path / "run" / "done.json").is_file()
+    AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "final")  # loads: complete
 
 
 def test_sigterm_during_a_transition_checkpoints_after_it(gpt_data, tmp_path) -> None:

@@ -39,17 +39,21 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.utils import ModelOutput
 
 from mlsys.families import Family, family_of
 
 
 @dataclass
-class LengthOutput:
+class LengthOutput(ModelOutput):
     """``loss`` (None without labels) and ``logits``: per pooled position (B, S/k, V) for
-    causal families, per token (B, S, V) for masked ones (after upsampling)."""
+    causal families, per token (B, S, V) for masked ones (after upsampling). A Hugging Face
+    ``ModelOutput`` (a dict), as the plain forward returns: a DeepSpeed engine hooks its
+    backward prologue (ZeRO's accumulation boundary, among others) on the tensors of a dict
+    or tuple output, and would not find them in a plain object."""
 
-    loss: torch.Tensor | None
-    logits: torch.Tensor
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
 
 
 def length_family(model: nn.Module) -> Family:

@@ -70,6 +70,14 @@ def test_no_host_sync_inside_the_step(one_rank_group, monkeypatch):
     assert [(n, f) for n, f in calls if "/mlsys/" in f] == [("tolist", step_py)]
     assert torch.isfinite(torch.tensor(means.loss)) and not means.stop
     monkeypatch.undo()
+    # At a length level too the engine finds the output's tensors and hooks its backward
+    # prologue on them (what it attaches to the first one; a plain object would get none).
+    from mlsys.length import length_forward
+
+    with length_forward(engine.module, 2):
+        out = engine(**batches[0])
+    assert out.loss._backward_hook_managers
+    del out
     destroy_engine(engine)
 
 

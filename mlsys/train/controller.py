@@ -237,7 +237,7 @@ class Controller:
         weights = gather_weights(self.engine.module)
         if self.rank == 0:
             export_run_model(weights, self.configs[level], out_dir, self.cfg, self.data,
-                             self.state, self.last_val)
+                             self.state, self.last_val, self.cfg.vcycle.length_factor(level))
 
     def _finish(self) -> dict[str, Any]:
         level = self.cfg.phases[self.state.phase].level

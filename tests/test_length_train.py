@@ -143,6 +143,19 @@ def test_bert_length_and_depth_under_zero3(bert_data: dict, tmp_path: Path) -> N
             zip(steps[1:5], steps[2:6], strict=True)] == [per2] * 4
     first, last = (sum(r["loss"] for r in steps[i:i + 2]) / 2 for i in (2, 4))
     assert last < first, [r["loss"] for r in steps]
+    # It trained at k = 2 under ZeRO-3: position rows >= S/2 only decayed in the level.
+    from mlsys.dist.weights_io import load_weights
+    from mlsys.models import build_model
+    from mlsys.operators import coalesce
+
+    large = build_model(level1, seed=0)
+    load_weights(large, tmp_path / "run" / "vcycle" / "phase0-level1.safetensors")
+    start = coalesce(large, width=1, depth=2).bert.embeddings.position_embeddings.weight
+    level = AutoModelForMaskedLM.from_pretrained(tmp_path / "run" / "levels" / "phase1-level2")
+    ratio = (level.bert.embeddings.position_embeddings.weight / start).detach()
+    unused, used = ratio[s // 2:], ratio[:s // 2]
+    assert (unused - unused.mean()).abs().max() < 1e-6 and unused.mean() < 1.0
+    assert (used - unused.mean()).abs().max() > 1e-3
     end = [r for r in records if r["event"] == "end"][-1]
     final = tmp_path / "run" / "final"
     assert isinstance(AutoModelForMaskedLM.from_pretrained(final), BertForMaskedLM)

@@ -54,6 +54,9 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
       alpha: 0.8                    # interpolation: (1-alpha) * saved + alpha * de-coalesced
       width: 2                      # per level: 1 or 2
       depth: 2
+      length: 1                     # per level: 1, 2 or 4, the length factor k of each
+                                    # coalescing step: level L runs on S / length^(L-1) pooled
+                                    # positions, same weights (mlsys/length.py)
       depth_mapping: copy           # copy (the paper) | identity (2nd copy an identity block)
       optimizer: reset              # reset: a fresh optimizer per phase | map: Adam moments
                                     # carried through the operators (mlsys/optimizer_state.py)
@@ -170,6 +173,7 @@ class VCycleConfig(_Strict):
     alpha: float = Field(default=0.8, ge=0.0, le=1.0)
     width: Literal[1, 2] = 2
     depth: Literal[1, 2] = 2
+    length: Literal[1, 2, 4] = 1
     depth_mapping: Literal["copy", "identity"] = "copy"
     optimizer: Literal["reset", "map"] = "reset"
     noise: float = Field(default=0.0, ge=0.0, le=1.0)
@@ -177,6 +181,10 @@ class VCycleConfig(_Strict):
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     dropout_steps: int = Field(default=0, ge=0)
     growth: bool = False
+
+    def length_factor(self, level: int) -> int:
+        """k at ``level``: the model runs on S / k pooled positions (``mlsys.length``)."""
+        return self.length ** (level - 1)
 
 
 class ScheduleConfig(_Strict):
@@ -230,8 +238,18 @@ class RunConfig(_Strict):
             raise ValueError(f"data.train_samples: {self.data.train_samples} is fewer than the "
                              f"{need} samples this run trains on")
         deepest = max(p.level for p in self.phases)
-        if deepest > 1 and self.vcycle.width == 1 and self.vcycle.depth == 1:
-            raise ValueError("vcycle.width, vcycle.depth: both 1 leave nothing to coalesce")
+        v = self.vcycle
+        if deepest > 1 and v.width == 1 and v.depth == 1 and v.length == 1:
+            raise ValueError("vcycle.width, vcycle.depth, vcycle.length: all 1 leave nothing "
+                             "to coalesce")
+        k = v.length_factor(deepest)
+        if k > 1 and self.family.length is None:
+            raise ValueError(f"vcycle.length: the {self.model.family} family has no length "
+                             "levels (set 1)")
+        if self.data.seq_length % k:
+            raise ValueError(f"data.seq_length: {self.data.seq_length} is not divisible by "
+                             f"the length factor {k} (vcycle.length {v.length} at level "
+                             f"{deepest})")
         w, d = self.vcycle.width ** (deepest - 1), self.vcycle.depth ** (deepest - 1)
         m = self.model
         for field, value, factor in (("num_heads", m.num_heads, w), ("hidden_size",

@@ -88,7 +88,8 @@ class Controller:
         level1 = hf_config(cfg.model, self.data.vocab_size)
         self.configs = {lv: level_config(level1, lv, cfg.vcycle)
                         for lv in sorted({p.level for p in cfg.phases})}
-        self.step_flops = {lv: flops_per_step(dims_of(c), cfg.data.seq_length, g)
+        self.step_flops = {lv: flops_per_step(dims_of(c), cfg.data.seq_length, g,
+                                              cfg.vcycle.length_factor(lv))
                            for lv, c in self.configs.items()}
         monitor = RunMonitor(self.ds_config, self.run_dir.monitors, logged_through) \
             if self.rank == 0 else None
@@ -125,17 +126,22 @@ class Controller:
         return self.state.wall_seconds + time.perf_counter() - self._t0
 
     def _record(self, event: str, **fields: Any) -> None:
+        """A metrics record; at a length level (k > 1) it carries ``length``: k."""
         s = self.state
+        level = self.cfg.phases[s.phase].level
+        k = self.cfg.vcycle.length_factor(level)
         self.log.write({"event": event, "step": s.global_step, "phase": s.phase,
-                        "level": self.cfg.phases[s.phase].level, "phase_step": s.step_in_phase,
-                        "tokens": s.tokens, "flops": s.flops, **fields})
+                        "level": level, **({"length": k} if k > 1 else {}),
+                        "phase_step": s.step_in_phase, "tokens": s.tokens, "flops": s.flops,
+                        **fields})
 
     def _evaluate(self) -> None:
         n = self.cfg.train.eval_batches * self.cfg.train.global_batch_size
         idx = eval_indices(n, self.micro, self.world, self.rank)
-        metrics = validation_metrics(self.engine, batches(self.data.valid, idx, self.data.collate),
-                                     self.cfg.kind, self.device)
         s = self.state
+        length = self.cfg.vcycle.length_factor(self.cfg.phases[s.phase].level)
+        metrics = validation_metrics(self.engine, batches(self.data.valid, idx, self.data.collate),
+                                     self.cfg.kind, self.device, length)
         check_finite("the validation loss", metrics["val_loss"], s.global_step, s.phase,
                      self.cfg.phases[s.phase].level)
         self.last_val = metrics["val_loss"]
@@ -159,6 +165,7 @@ class Controller:
         s, t, v = self.state, self.cfg.train, self.cfg.vcycle
         steps, _ = self.cfg.phase_steps(s.phase)
         level = self.cfg.phases[s.phase].level
+        length = v.length_factor(level)
         after_up = s.phase > 0 and self.cfg.phases[s.phase - 1].level > level
         dropout = DropoutWindow(self.engine.module, after_up, v.dropout, v.dropout_steps)
         data = StepBatches(self.data.train, self.data.collate, s.consumed_samples,
@@ -169,7 +176,7 @@ class Controller:
             rate = dropout.at(s.step_in_phase)
             lr = float(self.engine.get_lr()[0])  # the scheduler's number: no device sync
             window.begin()
-            window.add(train_step(self.engine, data.next_step(), self.device), lr)
+            window.add(train_step(self.engine, data.next_step(), self.device, length), lr)
             g = t.global_batch_size
             s.advance(g, g * self.cfg.data.seq_length, self.step_flops[level])
             evaluate = s.step_in_phase == steps or s.global_step % t.eval_every == 0
@@ -246,7 +253,7 @@ class Controller:
         weights = gather_weights(self.engine.module)
         if self.rank == 0:
             export_run_model(weights, self.configs[level], out_dir, self.cfg, self.data,
-                             self.state, self.last_val)
+                             self.state, self.last_val, self.cfg.vcycle.length_factor(level))
 
     def _finish(self) -> dict[str, Any]:
         level = self.cfg.phases[self.state.phase].level

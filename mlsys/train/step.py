@@ -13,19 +13,24 @@ import torch
 import torch.distributed as dist
 
 from mlsys.dist.process import world_size
+from mlsys.length import length_forward
 
 
 def train_step(engine: Any, micro_batches: Iterable[dict[str, torch.Tensor]],
-               device: torch.device) -> torch.Tensor:
+               device: torch.device, length: int = 1) -> torch.Tensor:
     """Forward, backward and ``engine.step()`` per micro-batch (DeepSpeed steps the optimizer
-    at the accumulation boundary). Returns this rank's mean micro-batch loss as a tensor on
-    the device: nothing here waits for the device (no ``.item()``, no ``.cpu()``)."""
+    at the accumulation boundary), the forward at length factor ``length`` (``mlsys.length``:
+    the same samples of S tokens, on S / length pooled positions). Returns this rank's mean
+    micro-batch loss as a tensor on the device: nothing here waits for the device (no
+    ``.item()``, no ``.cpu()``)."""
     total: torch.Tensor | None = None
     count = 0
     for batch in micro_batches:
         # Only the loss is kept: holding the whole output (the logits) through backward and
         # step keeps a vocabulary-sized tensor alive that the allocator could reuse.
-        loss = engine(**{k: v.to(device, non_blocking=True) for k, v in batch.items()}).loss
+        with length_forward(engine.module, length):
+            loss = engine(**{k: v.to(device, non_blocking=True)
+                             for k, v in batch.items()}).loss
         engine.backward(loss)
         engine.step()
         loss = loss.detach().float()

@@ -49,6 +49,9 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
                                     # and at evaluations, checkpoints and phase ends
       data_workers: 1               # processes preparing the next micro-batches (0: inline)
       export_levels: true           # export every phase's model to levels/phase<p>-level<k>/
+      peak_tflops: null             # one device's peak TFLOP/s for MFU; null: the bf16 dense
+                                    # peak of a known accelerator (mlsys/train/throughput.py),
+                                    # none on a CPU (MFU null)
     vcycle:
       scheme: stride                # stride | adjacent
       alpha: 0.8                    # interpolation: (1-alpha) * saved + alpha * de-coalesced
@@ -166,6 +169,7 @@ class TrainConfig(_Strict):
     log_every: int = Field(default=1, gt=0)
     data_workers: int = Field(default=1, ge=0)
     export_levels: bool = True
+    peak_tflops: float | None = Field(default=None, gt=0.0)
 
 
 class VCycleConfig(_Strict):

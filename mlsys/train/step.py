@@ -77,7 +77,7 @@ class LossWindow:
         loss_sum, stops = sums.tolist()
         means = WindowMeans(loss=loss_sum / (self.steps * world_size()), lr=self.lr,
                             seconds=(time.perf_counter() - self.opened) / self.steps,
-                            stop=stops > 0)
+                            stop=stops > 0, steps=self.steps)
         self.reset()
         return means
 
@@ -85,12 +85,14 @@ class LossWindow:
 @dataclass(frozen=True)
 class WindowMeans:
     """What a step record reports: the mean loss of the window's steps over every rank, the
-    lr of its last step, seconds per step, and whether any rank was asked to stop."""
+    lr of its last step, seconds per step, whether any rank was asked to stop, and how many
+    steps the window had."""
 
     loss: float
     lr: float
     seconds: float
     stop: bool
+    steps: int = 1
 
 
 class NonFiniteError(RuntimeError):

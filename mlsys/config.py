@@ -76,6 +76,12 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
 
 ``load_run_config(path)`` raises ``ConfigError`` naming the file and every bad field
 (``phases.1.level: ...``) before any model, process group or file is created.
+
+``apply_overrides(data, ["train.seed=3", "phases.1.steps=500"])`` sets fields by dotted path
+(``launch/train.py --set``): list items by index, values read as YAML (``3``, ``1.0e-3``,
+``null``, ``true``, ``[0.9, 0.95]``; ``1e-3`` is a number too, as in YAML 1.2). Only existing
+fields can be set, and new keys only under ``model.extra``; an unknown field or an index out
+of range is a ``ConfigError`` naming the path, and the result is validated by the same schema.
 """
 
 from __future__ import annotations
@@ -339,6 +345,70 @@ def parse_run_config(data: Any, source: str = "<config>") -> RunConfig:
         return RunConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(f"{source}: invalid run config\n{_format(err)}") from None
+
+
+# Paths under which --set may add keys (free-form sections passed through to Hugging Face).
+FREE_FORM = ("model.extra",)
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def _override_value(text: str) -> Any:
+    """A --set value: YAML (a scalar, or a flow list / mapping); ``1e-3`` is a float."""
+    value = yaml.safe_load(text)
+    if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
+        return float(value)
+    return value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...],
+                    source: str = "--set") -> dict[str, Any]:
+    """``data`` (a run config as a plain mapping, every field present: ``model_dump()``) with
+    each ``PATH=VALUE`` of ``overrides`` applied in order (a new mapping; see the module
+    docstring). ``ConfigError`` naming the path for a malformed override, an unknown field
+    or an index out of range; the schema is checked by ``parse_run_config`` afterwards."""
+    import json
+
+    out = json.loads(json.dumps(data))  # a deep copy; tuples become lists
+    for item in overrides:
+        path, sep, text = item.partition("=")
+        path = path.strip()
+        if not sep or not path:
+            raise ConfigError(f"{source} {item!r}: expected PATH=VALUE (e.g. train.seed=3)")
+        try:
+            value = _override_value(text)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{source} {path}: value {text!r} is not YAML: "
+                              f"{getattr(err, 'problem', err)}") from None
+        keys = path.split(".")
+        node: Any = out
+        for i, key in enumerate(keys):
+            here, last = ".".join(keys[:i + 1]), i == len(keys) - 1
+            parent = ".".join(keys[:i])
+            if isinstance(node, list):
+                if not key.lstrip("-").isdigit():
+                    raise ConfigError(f"{source} {path}: {parent} is a list; {key!r} is not "
+                                      "an index")
+                index = int(key)
+                if not 0 <= index < len(node):
+                    raise ConfigError(f"{source} {path}: index {index} out of range ({parent} "
+                                      f"has {len(node)} items: 0..{len(node) - 1})")
+                if last:
+                    node[index] = value
+                else:
+                    node = node[index]
+            elif isinstance(node, dict):
+                if key not in node and not (last and parent in FREE_FORM):
+                    known = ", ".join(sorted(node)) or "none"
+                    raise ConfigError(f"{source} {path}: unknown field {here} (the fields of "
+                                      f"{parent or 'the run config'}: {known})")
+                if last:
+                    node[key] = value
+                else:
+                    node = node[key]
+            else:
+                raise ConfigError(f"{source} {path}: {parent} is a value "
+                                  f"({node!r}), not a section or list")
+    return out
 
 
 def load_run_config(path: str | Path) -> RunConfig:

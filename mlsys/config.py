@@ -18,7 +18,11 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
       max_position: 128             # position table size (>= data.seq_length)
       vocab_size: null              # null: the tokenizer's vocabulary size
       dropout: 0.1
-      extra: {}                     # any other Hugging Face config field, passed through
+      extra: {}                     # any other Hugging Face config field, passed through;
+                                    # attn_implementation: sdpa (the default: PyTorch's fused
+                                    # scaled_dot_product_attention, flash / memory-efficient
+                                    # kernels on a GPU) | eager (the plain matmul-softmax) |
+                                    # flash_attention_2 (needs the flash-attn package, bf16)
     data:
       tokenizer_dir: data/x/tokenizer   # both null: build the default corpus with data_prep
       data_prefix: data/x/shards/train  # (prepare_dir, prepare_vocab_size)
@@ -52,6 +56,10 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
       peak_tflops: null             # one device's peak TFLOP/s for MFU; null: the bf16 dense
                                     # peak of a known accelerator (mlsys/train/throughput.py),
                                     # none on a CPU (MFU null)
+      activation_checkpointing: false   # Hugging Face gradient checkpointing on every model
+                                    # (every level, after resume): layer activations are
+                                    # recomputed in backward instead of stored
+      compile: false                # torch.compile every engine's model (engine.compile())
     vcycle:
       scheme: stride                # stride | adjacent
       alpha: 0.8                    # interpolation: (1-alpha) * saved + alpha * de-coalesced
@@ -105,6 +113,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# Hugging Face attention implementations a run may ask for (model.extra.attn_implementation).
+ATTENTION = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
+
+
 class ModelConfig(_Strict):
     family: str
     hidden_size: int = Field(gt=0)
@@ -122,6 +134,15 @@ class ModelConfig(_Strict):
         if name not in NAMES:
             raise ValueError(f"unknown family {name!r}; known: {', '.join(NAMES)}")
         return name
+
+    @field_validator("extra")
+    @classmethod
+    def _known_attention(cls, extra: dict[str, Any]) -> dict[str, Any]:
+        impl = extra.get("attn_implementation")
+        if impl is not None and impl not in ATTENTION:
+            raise ValueError(f"attn_implementation: {impl!r} is not one of "
+                             f"{', '.join(ATTENTION)}")
+        return extra
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelConfig:
@@ -176,6 +197,8 @@ class TrainConfig(_Strict):
     data_workers: int = Field(default=1, ge=0)
     export_levels: bool = True
     peak_tflops: float | None = Field(default=None, gt=0.0)
+    activation_checkpointing: bool = False
+    compile: bool = False
 
 
 class VCycleConfig(_Strict):

@@ -183,3 +183,15 @@ def test_activation_checkpointing_through_transitions_and_resume(
     assert built == [("resumed", True, 32), ("resumed", True, 64)]
     resumed = step_losses(read_metrics(root / "metrics.jsonl"))
     assert all(abs(resumed[k] - plain[k]) < 1e-5 for k in plain), (resumed, plain)
+
+
+def test_the_memory_bench_measures_a_variant() -> None:
+    """mlsys.bench.switches on a tiny config (the README's figures are its output on
+    configs/llama-1b.yaml): one variant's record, in this process."""
+    from mlsys.bench.switches import measure
+
+    r = measure(str(REPO / "configs" / "tiny-llama-vcycle.yaml"), layers=1, seq=32, micro=2,
+                vocab=64, attention="eager", checkpointing=True)
+    assert (r["attention"], r["activation_checkpointing"], r["layers"], r["seq_length"]) == (
+        "eager", True, 1, 32)
+    assert r["params"] > 0 and r["forward_backward_seconds"] > 0 and r["loss"] == r["loss"]

@@ -9,7 +9,10 @@ gloo when no GPU is present, maps SLURM's variables to torch.distributed's, then
 ``mlsys.train.controller.run_training``, which checks the data against the config and claims
 and locks the run directory before it changes anything there. Resumes at the newest checkpoint
 by default (a changed config is an error listing the changes; ``--accept-change FIELD`` accepts
-one that changes no number of the run); a finished run is not retrained; ``--resume`` insists
+one that changes no number of the run). ``--set PATH=VALUE ...`` overrides run config fields
+(``train.seed=3 phases.1.steps=500``; ``mlsys.config.apply_overrides``): the resolved config,
+overrides included, is what the run saves (run_config.json) and what a resume compares with,
+so a resume passes the same ``--set``. A finished run is not retrained; ``--resume`` insists
 on a checkpoint, ``--fresh`` discards an earlier run's outputs (only files mlsys wrote, in a
 directory it created). SIGTERM / SIGUSR1 / SIGINT: checkpoint and exit 0 (before the first
 step: exit 0 at once, nothing to save). Exit 2: a bad config, data that does not fit it, or a
@@ -35,6 +38,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--resume", action="store_true", help="require a checkpoint to resume from")
     g.add_argument("--fresh", action="store_true", help="start over, discarding earlier outputs")
     p.add_argument("--run-dir", default=None, help="override the run config's run_dir")
+    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="PATH=VALUE",
+                   dest="overrides",
+                   help="override run config fields by dotted path, values as YAML (e.g. "
+                        "--set train.seed=3 phases.1.steps=500); checked by the same schema "
+                        "and recorded in the run's run_config.json")
     p.add_argument("--accept-change", action="append", default=[], metavar="FIELD",
                    help="on resume, accept a changed config field that changes no number of "
                         "the run (e.g. train.eval_every); repeatable")
@@ -42,12 +50,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def validate(config: str, ds_config: str, world_size: int, run_dir: str | None = None):
-    """(run config, resolved DeepSpeed config) or ConfigError. Touches nothing."""
-    from mlsys.config import ConfigError, load_run_config, parse_run_config
+def validate(config: str, ds_config: str, world_size: int, run_dir: str | None = None,
+             overrides: list[str] | tuple[str, ...] = ()):
+    """(run config, resolved DeepSpeed config) or ConfigError. Touches nothing. ``overrides``:
+    ``--set PATH=VALUE`` items (``mlsys.config.apply_overrides``), before ``run_dir``."""
+    from mlsys.config import ConfigError, apply_overrides, load_run_config, parse_run_config
     from mlsys.ds_config import load_ds_config, resolve_ds_config
 
     cfg = load_run_config(config)
+    if overrides:
+        cfg = parse_run_config(apply_overrides(cfg.model_dump(), overrides),
+                               f"{config} (--set {' '.join(overrides)})")
     if run_dir is not None:
         if not run_dir.strip():
             raise ConfigError("--run-dir: empty; give a directory")
@@ -77,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     try:
-        cfg, ds = validate(args.config, args.ds_config, world, args.run_dir)
+        cfg, ds = validate(args.config, args.ds_config, world, args.run_dir, args.overrides)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2

@@ -18,7 +18,11 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
       max_position: 128             # position table size (>= data.seq_length)
       vocab_size: null              # null: the tokenizer's vocabulary size
       dropout: 0.1
-      extra: {}                     # any other Hugging Face config field, passed through
+      extra: {}                     # any other Hugging Face config field, passed through;
+                                    # attn_implementation: sdpa (the default: PyTorch's fused
+                                    # scaled_dot_product_attention, flash / memory-efficient
+                                    # kernels on a GPU) | eager (the plain matmul-softmax) |
+                                    # flash_attention_2 (needs the flash-attn package, bf16)
     data:
       tokenizer_dir: data/x/tokenizer   # both null: build the default corpus with data_prep
       data_prefix: data/x/shards/train  # (prepare_dir, prepare_vocab_size)
@@ -49,11 +53,21 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
                                     # and at evaluations, checkpoints and phase ends
       data_workers: 1               # processes preparing the next micro-batches (0: inline)
       export_levels: true           # export every phase's model to levels/phase<p>-level<k>/
+      peak_tflops: null             # one device's peak TFLOP/s for MFU; null: the bf16 dense
+                                    # peak of a known accelerator (mlsys/train/throughput.py),
+                                    # none on a CPU (MFU null)
+      activation_checkpointing: false   # Hugging Face gradient checkpointing on every model
+                                    # (every level, after resume): layer activations are
+                                    # recomputed in backward instead of stored
+      compile: false                # torch.compile every engine's model (engine.compile())
     vcycle:
       scheme: stride                # stride | adjacent
       alpha: 0.8                    # interpolation: (1-alpha) * saved + alpha * de-coalesced
       width: 2                      # per level: 1 or 2
       depth: 2
+      length: 1                     # per level: 1, 2 or 4, the length factor k of each
+                                    # coalescing step: level L runs on S / length^(L-1) pooled
+                                    # positions, same weights (mlsys/length.py)
       depth_mapping: copy           # copy (the paper) | identity (2nd copy an identity block)
       optimizer: reset              # reset: a fresh optimizer per phase | map: Adam moments
                                     # carried through the operators (mlsys/optimizer_state.py)
@@ -70,6 +84,12 @@ Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defau
 
 ``load_run_config(path)`` raises ``ConfigError`` naming the file and every bad field
 (``phases.1.level: ...``) before any model, process group or file is created.
+
+``apply_overrides(data, ["train.seed=3", "phases.1.steps=500"])`` sets fields by dotted path
+(``launch/train.py --set``): list items by index, values read as YAML (``3``, ``1.0e-3``,
+``null``, ``true``, ``[0.9, 0.95]``; ``1e-3`` is a number too, as in YAML 1.2). Only existing
+fields can be set, and new keys only under ``model.extra``; an unknown field or an index out
+of range is a ``ConfigError`` naming the path, and the result is validated by the same schema.
 """
 
 from __future__ import annotations
@@ -93,6 +113,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# Hugging Face attention implementations a run may ask for (model.extra.attn_implementation).
+ATTENTION = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
+
+
 class ModelConfig(_Strict):
     family: str
     hidden_size: int = Field(gt=0)
@@ -110,6 +134,15 @@ class ModelConfig(_Strict):
         if name not in NAMES:
             raise ValueError(f"unknown family {name!r}; known: {', '.join(NAMES)}")
         return name
+
+    @field_validator("extra")
+    @classmethod
+    def _known_attention(cls, extra: dict[str, Any]) -> dict[str, Any]:
+        impl = extra.get("attn_implementation")
+        if impl is not None and impl not in ATTENTION:
+            raise ValueError(f"attn_implementation: {impl!r} is not one of "
+                             f"{', '.join(ATTENTION)}")
+        return extra
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelConfig:
@@ -163,6 +196,9 @@ class TrainConfig(_Strict):
     log_every: int = Field(default=1, gt=0)
     data_workers: int = Field(default=1, ge=0)
     export_levels: bool = True
+    peak_tflops: float | None = Field(default=None, gt=0.0)
+    activation_checkpointing: bool = False
+    compile: bool = False
 
 
 class VCycleConfig(_Strict):
@@ -170,6 +206,7 @@ class VCycleConfig(_Strict):
     alpha: float = Field(default=0.8, ge=0.0, le=1.0)
     width: Literal[1, 2] = 2
     depth: Literal[1, 2] = 2
+    length: Literal[1, 2, 4] = 1
     depth_mapping: Literal["copy", "identity"] = "copy"
     optimizer: Literal["reset", "map"] = "reset"
     noise: float = Field(default=0.0, ge=0.0, le=1.0)
@@ -177,6 +214,10 @@ class VCycleConfig(_Strict):
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     dropout_steps: int = Field(default=0, ge=0)
     growth: bool = False
+
+    def length_factor(self, level: int) -> int:
+        """k at ``level``: the model runs on S / k pooled positions (``mlsys.length``)."""
+        return self.length ** (level - 1)
 
 
 class ScheduleConfig(_Strict):
@@ -230,8 +271,18 @@ class RunConfig(_Strict):
             raise ValueError(f"data.train_samples: {self.data.train_samples} is fewer than the "
                              f"{need} samples this run trains on")
         deepest = max(p.level for p in self.phases)
-        if deepest > 1 and self.vcycle.width == 1 and self.vcycle.depth == 1:
-            raise ValueError("vcycle.width, vcycle.depth: both 1 leave nothing to coalesce")
+        v = self.vcycle
+        if deepest > 1 and v.width == 1 and v.depth == 1 and v.length == 1:
+            raise ValueError("vcycle.width, vcycle.depth, vcycle.length: all 1 leave nothing "
+                             "to coalesce")
+        k = v.length_factor(deepest)
+        if k > 1 and self.family.length is None:
+            raise ValueError(f"vcycle.length: the {self.model.family} family has no length "
+                             "levels (set 1)")
+        if self.data.seq_length % k:
+            raise ValueError(f"data.seq_length: {self.data.seq_length} is not divisible by "
+                             f"the length factor {k} (vcycle.length {v.length} at level "
+                             f"{deepest})")
         w, d = self.vcycle.width ** (deepest - 1), self.vcycle.depth ** (deepest - 1)
         m = self.model
         for field, value, factor in (("num_heads", m.num_heads, w), ("hidden_size",
@@ -317,6 +368,70 @@ def parse_run_config(data: Any, source: str = "<config>") -> RunConfig:
         return RunConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(f"{source}: invalid run config\n{_format(err)}") from None
+
+
+# Paths under which --set may add keys (free-form sections passed through to Hugging Face).
+FREE_FORM = ("model.extra",)
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def _override_value(text: str) -> Any:
+    """A --set value: YAML (a scalar, or a flow list / mapping); ``1e-3`` is a float."""
+    value = yaml.safe_load(text)
+    if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
+        return float(value)
+    return value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...],
+                    source: str = "--set") -> dict[str, Any]:
+    """``data`` (a run config as a plain mapping, every field present: ``model_dump()``) with
+    each ``PATH=VALUE`` of ``overrides`` applied in order (a new mapping; see the module
+    docstring). ``ConfigError`` naming the path for a malformed override, an unknown field
+    or an index out of range; the schema is checked by ``parse_run_config`` afterwards."""
+    import json
+
+    out = json.loads(json.dumps(data))  # a deep copy; tuples become lists
+    for item in overrides:
+        path, sep, text = item.partition("=")
+        path = path.strip()
+        if not sep or not path:
+            raise ConfigError(f"{source} {item!r}: expected PATH=VALUE (e.g. train.seed=3)")
+        try:
+            value = _override_value(text)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{source} {path}: value {text!r} is not YAML: "
+                              f"{getattr(err, 'problem', err)}") from None
+        keys = path.split(".")
+        node: Any = out
+        for i, key in enumerate(keys):
+            here, last = ".".join(keys[:i + 1]), i == len(keys) - 1
+            parent = ".".join(keys[:i])
+            if isinstance(node, list):
+                if not key.lstrip("-").isdigit():
+                    raise ConfigError(f"{source} {path}: {parent} is a list; {key!r} is not "
+                                      "an index")
+                index = int(key)
+                if not 0 <= index < len(node):
+                    raise ConfigError(f"{source} {path}: index {index} out of range ({parent} "
+                                      f"has {len(node)} items: 0..{len(node) - 1})")
+                if last:
+                    node[index] = value
+                else:
+                    node = node[index]
+            elif isinstance(node, dict):
+                if key not in node and not (last and parent in FREE_FORM):
+                    known = ", ".join(sorted(node)) or "none"
+                    raise ConfigError(f"{source} {path}: unknown field {here} (the fields of "
+                                      f"{parent or 'the run config'}: {known})")
+                if last:
+                    node[key] = value
+                else:
+                    node = node[key]
+            else:
+                raise ConfigError(f"{source} {path}: {parent} is a value "
+                                  f"({node!r}), not a section or list")
+    return out
 
 
 def load_run_config(path: str | Path) -> RunConfig:

@@ -21,6 +21,14 @@ distillation token); the patch embedding (``channels·p² × d`` per token) take
 place and the classifier (on one token per image) is left out. tests/test_flops.py (text) and
 tests/test_vit_vcycle.py (vision) check this against ``torch.utils.flop_counter`` on the real
 models.
+
+A level with length factor ``k`` (``mlsys.length``) runs the layers on ``P = S / k`` pooled
+positions: per sequence ``6·N_layers·P + 12·L·P²·d`` (attention over P positions). The LM head
+(and a head transform) runs on ``P`` positions for causal families (each pooled position's
+logits are scored against k tokens: no more matmuls) and on all ``S`` for masked ones (the
+encoder's output is upsampled to S before the MLM head); a patch embedding (vision, which has
+no length levels) on all ``S``. Pooling the embeddings is O(d) per token and left out. At
+``k = 1`` this is the formula above.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ class Dims:
     query: int = 0  # heads * head_dim (0: hidden)
     kv: int = 0  # key/value heads * head_dim (0: query)
     ffn_maps: int = 2  # linear maps reading or writing the ffn space (3 when gated)
+    head_full_length: bool = False  # at length factor k > 1 the head still sees all S tokens
 
     @property
     def q(self) -> int:
@@ -61,15 +70,23 @@ def dims_of(config: PretrainedConfig) -> Dims:
     vocab = getattr(config, family.fields.vocab) if family.lm_head else 0
     patch = config.num_channels * config.patch_size ** 2 if family.patch_embedding else 0
     return Dims(s.hidden, s.layers, s.ffn, vocab, family.head_transform, patch,
-                query=s.size("qk"), kv=s.size("kv"), ffn_maps=family.ffn_maps)
+                query=s.size("qk"), kv=s.size("kv"), ffn_maps=family.ffn_maps,
+                head_full_length=family.kind == "masked")
+
+
+def layer_params(d: Dims) -> int:
+    """Weights of the linear maps of the repeated layers."""
+    return d.layers * (2 * d.hidden * d.q + 2 * d.hidden * d.k + d.ffn_maps * d.hidden * d.ffn)
+
+
+def head_params(d: Dims) -> int:
+    """Weights of the LM head and a head transform."""
+    return d.hidden * d.vocab + (d.hidden * d.hidden if d.head_transform else 0)
 
 
 def matmul_params(d: Dims) -> int:
     """N: weights of every linear map, including the LM head (and a head transform)."""
-    per_layer = 2 * d.hidden * d.q + 2 * d.hidden * d.k + d.ffn_maps * d.hidden * d.ffn
-    head = d.hidden * d.vocab + (d.hidden * d.hidden if d.head_transform else 0) \
-        + d.patch_inputs * d.hidden
-    return d.layers * per_layer + head
+    return layer_params(d) + head_params(d) + d.patch_inputs * d.hidden
 
 
 def flops_per_token(d: Dims, seq_length: int) -> int:
@@ -77,6 +94,17 @@ def flops_per_token(d: Dims, seq_length: int) -> int:
     return 6 * matmul_params(d) + 12 * d.layers * seq_length * d.q
 
 
-def flops_per_step(d: Dims, seq_length: int, global_batch: int) -> int:
-    """Training FLOPs of one optimizer step over ``global_batch`` sequences."""
-    return flops_per_token(d, seq_length) * seq_length * global_batch
+def flops_per_sequence(d: Dims, seq_length: int, length: int = 1) -> int:
+    """Training FLOPs of one sequence of ``seq_length`` tokens at length factor ``length``."""
+    if seq_length % length:
+        raise ValueError(f"length: {seq_length} tokens are not divisible by {length}")
+    p = seq_length // length
+    head = seq_length if d.head_full_length else p
+    return (6 * layer_params(d) * p + 12 * d.layers * p * p * d.q
+            + 6 * head_params(d) * head + 6 * d.patch_inputs * d.hidden * seq_length)
+
+
+def flops_per_step(d: Dims, seq_length: int, global_batch: int, length: int = 1) -> int:
+    """Training FLOPs of one optimizer step over ``global_batch`` sequences (at length
+    factor ``length``)."""
+    return flops_per_sequence(d, seq_length, length) * global_batch

@@ -8,6 +8,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from mlsys.config import ModelConfig, VCycleConfig
 from mlsys.flops import dims_of, flops_per_step, flops_per_token, matmul_params
+from mlsys.length import pooled_forward
 from mlsys.models import build_model, hf_config, level_config
 
 # Llama-style decoders: SwiGLU (three ffn maps) and grouped-query attention (8 query heads over
@@ -33,6 +34,27 @@ def test_formula_equals_counted_training_flops(family: str, level: int) -> None:
     with FlopCounterMode(display=False) as counter:
         model(input_ids=x, labels=x).loss.backward()
     assert counter.get_total_flops() == flops_per_step(dims_of(config), seq, batch)
+
+
+@pytest.mark.parametrize("family", list(EXTRA))
+@pytest.mark.parametrize("length", [2, 4])
+def test_formula_equals_counted_flops_at_a_length_level(family: str, length: int) -> None:
+    """The pooled forward + backward at length factor k: layers and attention on S/k
+    positions, the head on S/k (causal) or S (masked, after upsampling), as counted by torch;
+    and strictly cheaper than k = 1."""
+    heads = 8 if EXTRA[family] else 4
+    m = ModelConfig(family=family, hidden_size=64, num_layers=2, num_heads=heads, ffn_size=192,
+                    max_position=48, dropout=0.0, extra=EXTRA[family])
+    config = hf_config(m, 300)
+    config._attn_implementation = "eager"
+    model = build_model(config, seed=0)
+    batch, seq = 3, 48
+    x = torch.randint(0, 300, (batch, seq))
+    with FlopCounterMode(display=False) as counter:
+        pooled_forward(model, length, input_ids=x, labels=x).loss.backward()
+    predicted = flops_per_step(dims_of(config), seq, batch, length=length)
+    assert counter.get_total_flops() == predicted
+    assert predicted < flops_per_step(dims_of(config), seq, batch)
 
 
 @pytest.mark.parametrize("family", list(EXTRA))

@@ -60,8 +60,8 @@ def test_no_host_sync_inside_the_step(one_rank_group, monkeypatch):
     for name in SYNCS:
         monkeypatch.setattr(torch.Tensor, name, counting(name, getattr(torch.Tensor, name)))
     window = LossWindow()
-    for _ in range(3):
-        window.add(train_step(engine, batches, torch.device("cpu")), 1e-3)
+    for length in (1, 2, 4):  # a length level (mlsys/length.py) asks for none either
+        window.add(train_step(engine, batches, torch.device("cpu"), length), 1e-3)
     ours = [(n, f) for n, f in calls if "/mlsys/" in f]
     assert ours == [], ours  # 3 steps x 4 micro-batches: not one sync asked by mlsys
     # (torch's AdamW reads its step count, as it does in any loop: not ours, not counted)
@@ -70,6 +70,14 @@ def test_no_host_sync_inside_the_step(one_rank_group, monkeypatch):
     assert [(n, f) for n, f in calls if "/mlsys/" in f] == [("tolist", step_py)]
     assert torch.isfinite(torch.tensor(means.loss)) and not means.stop
     monkeypatch.undo()
+    # At a length level too the engine finds the output's tensors and hooks its backward
+    # prologue on them (what it attaches to the first one; a plain object would get none).
+    from mlsys.length import length_forward
+
+    with length_forward(engine.module, 2):
+        out = engine(**batches[0])
+    assert out.loss._backward_hook_managers
+    del out
     destroy_engine(engine)
 
 

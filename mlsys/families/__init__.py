@@ -6,7 +6,7 @@ outside this package names a family.
 
 from __future__ import annotations
 
-from mlsys.families.base import KINDS, TRAIN_TASK, WIDTH_SPACES, Axis, ConfigFields, Family
+from mlsys.families.base import KINDS, TRAIN_TASK, WIDTH_SPACES, Axis, ConfigFields, Family, Length
 from mlsys.families.bert import BERT
 from mlsys.families.gpt2 import GPT2
 from mlsys.families.llama import LLAMA, MISTRAL, QWEN2, QWEN3
@@ -44,4 +44,4 @@ def family_of_config(config) -> Family:
 
 
 __all__ = ["FAMILIES", "KINDS", "NAMES", "TRAIN_TASK", "WIDTH_SPACES", "Axis", "ConfigFields",
-           "Family", "family_of", "family_of_config", "get_family"]
+           "Family", "Length", "family_of", "family_of_config", "get_family"]

@@ -20,7 +20,8 @@ LayerNorm and RMSNorm weights are averaged axes; a gated FFN (SwiGLU) has two ma
 Around it, what the rest of the system looks up instead of naming a family: the Hugging Face
 config and model classes (by name, resolved lazily), the data kind it trains on (``causal``,
 ``masked`` or ``vision``), how run-config fields map to config fields, its dropout fields, the
-extra tokens a vision model sees per image, and the dimensions its FLOPs formula reads.
+extra tokens a vision model sees per image, the dimensions its FLOPs formula reads, and the
+submodules a length-coalesced level calls (``Length``, for ``mlsys.length``).
 """
 
 from __future__ import annotations
@@ -77,6 +78,26 @@ class ConfigFields:
 
 
 @dataclass(frozen=True)
+class Length:
+    """How a level with length factor k > 1 calls a model (``mlsys.length.pooled_forward``):
+    the same tensors, on S/k pooled positions. All are attribute paths of the trained class.
+
+    ``word_embedding``: the token lookup table (its rows are mean-pooled over k tokens).
+    ``backbone``: the transformer under the head (Hugging Face's base model); it is called
+    with ``inputs_embeds`` (the pooled embeddings) and ``position_ids`` 0..S/k-1, so it adds
+    its own positions (learned tables) or rotates by them (RoPE) at the pooled index.
+    ``head``: the module mapping the backbone's hidden states to logits (the LM head; BERT's
+    whole MLM head, transform included). ``pooled_ids``: other per-token inputs the backbone
+    embeds by lookup inside it (BERT's ``token_type_ids``) → that table's path: their
+    embeddings are mean-pooled like the words'."""
+
+    word_embedding: str
+    backbone: str
+    head: str
+    pooled_ids: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Family:
     """A model family as a declaration.
 
@@ -93,6 +114,8 @@ class Family:
     ``layer_fields``: config fields holding one entry per layer (Qwen2's ``layer_types``):
     depth coalescing keeps the first half when every entry is equal, else ``ValueError``.
     ``image_processor``: vision only, the Hugging Face image processor class an export ships.
+    ``length``: the submodules a length-coalesced level calls (``Length``); None: the family
+    has no length levels (``vcycle.length`` must be 1).
 
     ``globals``: parameter name → axes, for parameters outside the repeated layers.
     ``layer``: name relative to ``layer_prefix + "{i}."`` → axes.
@@ -125,6 +148,7 @@ class Family:
     ffn_maps: int = 2
     layer_fields: tuple[str, ...] = ()
     image_processor: str | None = None
+    length: Length | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

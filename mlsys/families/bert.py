@@ -1,6 +1,6 @@
 """BERT (post-LN): BertForMaskedLM, BertForPreTraining. nn.Linear weights are out × in."""
 
-from mlsys.families.base import ConfigFields, Family, inp, out
+from mlsys.families.base import ConfigFields, Family, Length, inp, out
 
 _H = out("hidden")
 
@@ -67,4 +67,6 @@ BERT = Family(
         "output.LayerNorm.weight": "output.LayerNorm.weight",
         "output.LayerNorm.bias": "output.LayerNorm.bias",
     },
+    length=Length(word_embedding="bert.embeddings.word_embeddings", backbone="bert", head="cls",
+                  pooled_ids={"token_type_ids": "bert.embeddings.token_type_embeddings"}),
 )

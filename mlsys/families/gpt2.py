@@ -1,6 +1,6 @@
 """GPT-2 (pre-LN): GPT2LMHeadModel. Conv1D weights are in × out; c_attn fuses q, k, v outputs."""
 
-from mlsys.families.base import ConfigFields, Family, inp, out
+from mlsys.families.base import ConfigFields, Family, Length, inp, out
 
 _H = out("hidden")
 
@@ -41,4 +41,5 @@ GPT2 = Family(
     residual_out=("attn.c_proj.weight", "attn.c_proj.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"),
     head_norm=("transformer.ln_f.weight", "transformer.ln_f.bias"),
     pre_ln=True,
+    length=Length(word_embedding="transformer.wte", backbone="transformer", head="lm_head"),
 )

@@ -17,7 +17,7 @@ MistralForCausalLM. nn.Linear weights are out × in.
   norm (×½ on de-coalesce); untied, ``lm_head``'s input axis is summed.
 """
 
-from mlsys.families.base import ConfigFields, Family, inp, out
+from mlsys.families.base import ConfigFields, Family, Length, inp, out
 
 _H = out("hidden")
 
@@ -87,6 +87,7 @@ def _decoder(name: str, config_class: str, model_class: str, layer: dict,
         pre_ln=True,
         ffn_maps=3,
         layer_fields=layer_fields,
+        length=Length(word_embedding="model.embed_tokens", backbone="model", head="lm_head"),
     )
 
 

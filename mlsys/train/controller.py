@@ -51,6 +51,7 @@ from mlsys.train.rundir import RunDir
 from mlsys.train.schedule import phase_schedule
 from mlsys.train.state import ControllerState
 from mlsys.train.step import LossWindow, WindowMeans, check_finite, grad_norm, train_step
+from mlsys.train.throughput import accelerator_name, log_line, peak_tflops, throughput
 from mlsys.vcycle import transition
 from mlsys.vcycle.symmetry import DropoutWindow
 
@@ -78,6 +79,7 @@ class Controller:
         self.engine: Any = None
         self.state = ControllerState()
         self.last_val: float | None = None
+        self.peak_tflops = peak_tflops(cfg.train.peak_tflops, accelerator_name())
         self._t0 = time.perf_counter()
 
     def _prepare(self, logged_through: tuple[int, int] | None) -> None:
@@ -88,7 +90,8 @@ class Controller:
         level1 = hf_config(cfg.model, self.data.vocab_size)
         self.configs = {lv: level_config(level1, lv, cfg.vcycle)
                         for lv in sorted({p.level for p in cfg.phases})}
-        self.step_flops = {lv: flops_per_step(dims_of(c), cfg.data.seq_length, g)
+        self.step_flops = {lv: flops_per_step(dims_of(c), cfg.data.seq_length, g,
+                                              cfg.vcycle.length_factor(lv))
                            for lv, c in self.configs.items()}
         monitor = RunMonitor(self.ds_config, self.run_dir.monitors, logged_through) \
             if self.rank == 0 else None
@@ -124,18 +127,24 @@ class Controller:
     def _wall(self) -> float:
         return self.state.wall_seconds + time.perf_counter() - self._t0
 
-    def _record(self, event: str, **fields: Any) -> None:
+    def _record(self, event: str, **fields: Any) -> dict[str, Any]:
+        """A metrics record (returned); at a length level (k > 1) it carries ``length``: k."""
         s = self.state
-        self.log.write({"event": event, "step": s.global_step, "phase": s.phase,
-                        "level": self.cfg.phases[s.phase].level, "phase_step": s.step_in_phase,
-                        "tokens": s.tokens, "flops": s.flops, **fields})
+        level = self.cfg.phases[s.phase].level
+        k = self.cfg.vcycle.length_factor(level)
+        record = {"event": event, "step": s.global_step, "phase": s.phase, "level": level,
+                  **({"length": k} if k > 1 else {}), "phase_step": s.step_in_phase,
+                  "tokens": s.tokens, "flops": s.flops, **fields}
+        self.log.write(record)
+        return record
 
     def _evaluate(self) -> None:
         n = self.cfg.train.eval_batches * self.cfg.train.global_batch_size
         idx = eval_indices(n, self.micro, self.world, self.rank)
-        metrics = validation_metrics(self.engine, batches(self.data.valid, idx, self.data.collate),
-                                     self.cfg.kind, self.device)
         s = self.state
+        length = self.cfg.vcycle.length_factor(self.cfg.phases[s.phase].level)
+        metrics = validation_metrics(self.engine, batches(self.data.valid, idx, self.data.collate),
+                                     self.cfg.kind, self.device, length)
         check_finite("the validation loss", metrics["val_loss"], s.global_step, s.phase,
                      self.cfg.phases[s.phase].level)
         self.last_val = metrics["val_loss"]
@@ -159,6 +168,7 @@ class Controller:
         s, t, v = self.state, self.cfg.train, self.cfg.vcycle
         steps, _ = self.cfg.phase_steps(s.phase)
         level = self.cfg.phases[s.phase].level
+        length = v.length_factor(level)
         after_up = s.phase > 0 and self.cfg.phases[s.phase - 1].level > level
         dropout = DropoutWindow(self.engine.module, after_up, v.dropout, v.dropout_steps)
         data = StepBatches(self.data.train, self.data.collate, s.consumed_samples,
@@ -169,14 +179,14 @@ class Controller:
             rate = dropout.at(s.step_in_phase)
             lr = float(self.engine.get_lr()[0])  # the scheduler's number: no device sync
             window.begin()
-            window.add(train_step(self.engine, data.next_step(), self.device), lr)
+            window.add(train_step(self.engine, data.next_step(), self.device, length), lr)
             g = t.global_batch_size
             s.advance(g, g * self.cfg.data.seq_length, self.step_flops[level])
             evaluate = s.step_in_phase == steps or s.global_step % t.eval_every == 0
             checkpoint = bool(t.checkpoint_every) and s.global_step % t.checkpoint_every == 0
             if not (evaluate or checkpoint or s.global_step % t.log_every == 0):
                 continue
-            means = self._log_steps(window, level, rate)
+            means = self._log_steps(window, level, rate, bar)
             bar.update(s.global_step, f"phase {s.phase} L{level} loss {means.loss:.3f} "
                        f"val {self.last_val or float('nan'):.3f}")
             if evaluate:
@@ -190,17 +200,27 @@ class Controller:
                 return False
         return True
 
-    def _log_steps(self, window: LossWindow, level: int, rate: float | None) -> WindowMeans:
-        """The step record of the steps since the last one (their mean loss), after checking
-        that the loss and the last gradient norm are finite; the ranks' stop flags agreed."""
-        s = self.state
+    def _log_steps(self, window: LossWindow, level: int, rate: float | None,
+                   bar: Progress) -> WindowMeans:
+        """The step record of the steps since the last one (their mean loss, their throughput,
+        ``mlsys.train.throughput``), after checking that the loss and the last gradient norm
+        are finite; the ranks' stop flags agreed. Rank 0 prints it as one line (stdout,
+        flushed: also under SLURM and without a progress bar)."""
+        s, g = self.state, self.cfg.train.global_batch_size
         means = window.close(stop=self.stop.local)
         for what, value in (("the training loss", means.loss),
                             ("the gradient norm", grad_norm(self.engine))):
             check_finite(what, value, s.global_step, s.phase, level)
         extra = {} if rate is None else {"dropout": rate}
-        self._record("step", loss=means.loss, lr=means.lr, seconds=means.seconds,
-                     wall=self._wall(), **extra)
+        speed = throughput(means.steps * g * self.cfg.data.seq_length,
+                           means.steps * self.step_flops[level], means.steps * means.seconds,
+                           self.world, self.peak_tflops)
+        record = self._record("step", loss=means.loss, lr=means.lr, seconds=means.seconds,
+                              window=means.steps, **speed.fields(),
+                              peak_memory_bytes=peak_memory_bytes(), wall=self._wall(),
+                              **extra)
+        if self.rank == 0:
+            bar.log(log_line(record, self.cfg.total_steps))
         return means
 
     def _stop_agreed(self) -> bool:
@@ -246,7 +266,7 @@ class Controller:
         weights = gather_weights(self.engine.module)
         if self.rank == 0:
             export_run_model(weights, self.configs[level], out_dir, self.cfg, self.data,
-                             self.state, self.last_val)
+                             self.state, self.last_val, self.cfg.vcycle.length_factor(level))
 
     def _finish(self) -> dict[str, Any]:
         level = self.cfg.phases[self.state.phase].level

@@ -1,6 +1,10 @@
 """One DeepSpeed engine per phase: built with AdamW and the phase's LR schedule
 (``mlsys.train.schedule``), destroyed whole. Biases and norm weights (1-D parameters) get no
-weight decay. ``destroy_engine`` frees an engine for good, working around what DeepSpeed
+weight decay. Every engine the controller builds (the first, each level's after a transition,
+one resumed from a checkpoint) comes from ``build_engine``, so ``train.activation_checkpointing``
+(Hugging Face gradient checkpointing, non-reentrant) and ``train.compile`` (DeepSpeed's
+``engine.compile()``, torch.compile of the module) hold for every level and across resumes.
+``destroy_engine`` frees an engine for good, working around what DeepSpeed
 keeps behind.
 """
 
@@ -22,7 +26,10 @@ from mlsys.train.memory import release_free_memory
 def build_engine(model: torch.nn.Module, ds_config: dict[str, Any], train: TrainConfig,
                  lr: float, schedule: Callable[[int], float]) -> Any:
     """A fresh ``deepspeed.initialize`` engine training ``model`` for one phase: AdamW at peak
-    ``lr`` times ``schedule(step)``."""
+    ``lr`` times ``schedule(step)``, with ``train``'s activation checkpointing and compile
+    switches."""
+    if train.activation_checkpointing:
+        enable_activation_checkpointing(model)
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if len(full_shape(p)) >= 2],
                "weight_decay": train.weight_decay},
@@ -32,7 +39,21 @@ def build_engine(model: torch.nn.Module, ds_config: dict[str, Any], train: Train
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                            lr_scheduler=scheduler, config=ds_config,
                                            dist_init_required=False)
+    if train.compile:
+        engine.compile()
     return engine
+
+
+def enable_activation_checkpointing(model: torch.nn.Module) -> None:
+    """Hugging Face activation (gradient) checkpointing on every layer, non-reentrant
+    (``torch.utils.checkpoint``, RNG replayed: dropout masks are the same in the recompute).
+    Transformers 5 calls it ``activation_checkpointing_enable``; older versions
+    ``gradient_checkpointing_enable``."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:  # pragma: no cover - transformers < 5
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def destroy_engine(engine: Any) -> None:

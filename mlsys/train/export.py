@@ -76,9 +76,11 @@ def export_pretrained(weights: dict[str, torch.Tensor], config: PretrainedConfig
 
 def export_run_model(weights: dict[str, torch.Tensor], config: PretrainedConfig,
                      out_dir: str | Path, cfg: Any, data: Any, state: Any,
-                     val_loss: float | None) -> Path:
+                     val_loss: float | None, length: int = 1) -> Path:
     """Export a run's model (``cfg``: the ``RunConfig``; ``data``: its ``RunData``;
-    ``state``: the ``ControllerState`` at this point) with its processor and model card."""
+    ``state``: the ``ControllerState`` at this point) with its processor and model card.
+    ``length``: the length factor the model was trained and validated at (``mlsys.length``;
+    the weights are a plain model's whatever it is; the card says it when it is not 1)."""
     config = copy.deepcopy(config)
     labels = getattr(data, "labels", None)
     if labels:
@@ -93,6 +95,8 @@ def export_run_model(weights: dict[str, torch.Tensor], config: PretrainedConfig,
             "training FLOPs": f"{state.flops:.4g}",
             "validation loss": None if val_loss is None else f"{val_loss:.4f}",
             "phases": [p.model_dump() for p in cfg.phases]}
+    if length > 1:
+        card["length factor (validation loss at it; mlsys.length)"] = length
     generation = None
     if cfg.kind == "causal":
         meta = json.loads((Path(data.tokenizer_dir) / META_FILE).read_text())

@@ -3,8 +3,13 @@
 Records (every one has ``event``, ``step`` = global optimizer steps so far, and ``flops`` =
 cumulative training FLOPs):
 
-- ``step``: phase, level, phase_step, tokens (cumulative), flops, loss, lr, seconds (this
-  step), wall (cumulative seconds of training, transitions and validation, across resumes)
+- ``step``: phase, level, phase_step, tokens (cumulative), flops, loss, lr, seconds (per
+  step, the mean over the record's steps), window (how many steps the record covers: its
+  loss and seconds are their means), tokens_per_s, tflops_per_device (model FLOPs per second
+  per device, in 1e12) and mfu (tflops_per_device / peak, a fraction; null without a peak)
+  over the record's steps (``mlsys.train.throughput``), peak_memory_bytes (peak accelerator
+  memory so far, or peak resident memory on a CPU; rank 0), wall (cumulative seconds of
+  training, transitions and validation, across resumes); dropout while a dropout window runs
 - ``eval``: phase, level, phase_step, tokens, flops, val_loss, wall
 - ``transition``: phase (the new one), from_level, to_level, transition_seconds,
   peak_memory_bytes

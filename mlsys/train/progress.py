@@ -1,4 +1,5 @@
-"""A progress bar over a run's global steps (rank 0 only; a no-op elsewhere)."""
+"""A progress bar over a run's global steps (rank 0 only; a no-op elsewhere), and the step
+log lines: printed above the bar when there is one, else to stdout, flushed."""
 
 from __future__ import annotations
 
@@ -32,6 +33,14 @@ class Progress:
     def update(self, completed: int, description: str) -> None:
         if self._bar is not None:
             self._bar.update(self._task, completed=completed, description=description)
+
+    def log(self, line: str) -> None:
+        """Print ``line``: through the bar's console when it runs (the bar stays below),
+        else to stdout, flushed (SLURM's .out file, ``--no-progress``)."""
+        if self._bar is not None:
+            self._bar.console.print(line, markup=False, highlight=False, soft_wrap=True)
+        else:
+            print(line, flush=True)
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:

@@ -26,10 +26,11 @@ from mlsys.train.rundir import RunDir, RunDirError
 from mlsys.train.runlock import RunLock
 
 # Fields whose change on resume alters no number the run computes (how often it logs,
-# evaluates, checkpoints, exports levels; its name; where megatron caches its indices).
+# evaluates, checkpoints, exports levels; its name; where megatron caches its indices; the
+# peak MFU is reported against).
 SAFE_CHANGES = ("name", "train.eval_every", "train.log_every", "train.checkpoint_every",
                 "train.keep_checkpoints", "train.data_workers", "train.export_levels",
-                "data.cache_dir")
+                "train.peak_tflops", "data.cache_dir")
 IGNORED = ("run_dir",)  # a run directory may be moved or named differently
 
 

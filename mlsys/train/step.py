@@ -13,19 +13,24 @@ import torch
 import torch.distributed as dist
 
 from mlsys.dist.process import world_size
+from mlsys.length import length_forward
 
 
 def train_step(engine: Any, micro_batches: Iterable[dict[str, torch.Tensor]],
-               device: torch.device) -> torch.Tensor:
+               device: torch.device, length: int = 1) -> torch.Tensor:
     """Forward, backward and ``engine.step()`` per micro-batch (DeepSpeed steps the optimizer
-    at the accumulation boundary). Returns this rank's mean micro-batch loss as a tensor on
-    the device: nothing here waits for the device (no ``.item()``, no ``.cpu()``)."""
+    at the accumulation boundary), the forward at length factor ``length`` (``mlsys.length``:
+    the same samples of S tokens, on S / length pooled positions). Returns this rank's mean
+    micro-batch loss as a tensor on the device: nothing here waits for the device (no
+    ``.item()``, no ``.cpu()``)."""
     total: torch.Tensor | None = None
     count = 0
     for batch in micro_batches:
         # Only the loss is kept: holding the whole output (the logits) through backward and
         # step keeps a vocabulary-sized tensor alive that the allocator could reuse.
-        loss = engine(**{k: v.to(device, non_blocking=True) for k, v in batch.items()}).loss
+        with length_forward(engine.module, length):
+            loss = engine(**{k: v.to(device, non_blocking=True)
+                             for k, v in batch.items()}).loss
         engine.backward(loss)
         engine.step()
         loss = loss.detach().float()
@@ -72,7 +77,7 @@ class LossWindow:
         loss_sum, stops = sums.tolist()
         means = WindowMeans(loss=loss_sum / (self.steps * world_size()), lr=self.lr,
                             seconds=(time.perf_counter() - self.opened) / self.steps,
-                            stop=stops > 0)
+                            stop=stops > 0, steps=self.steps)
         self.reset()
         return means
 
@@ -80,12 +85,14 @@ class LossWindow:
 @dataclass(frozen=True)
 class WindowMeans:
     """What a step record reports: the mean loss of the window's steps over every rank, the
-    lr of its last step, seconds per step, and whether any rank was asked to stop."""
+    lr of its last step, seconds per step, whether any rank was asked to stop, and how many
+    steps the window had."""
 
     loss: float
     lr: float
     seconds: float
     stop: bool
+    steps: int = 1
 
 
 class NonFiniteError(RuntimeError):

@@ -223,6 +223,24 @@ def load_profile(name: str, root: str | Path) -> Profile:
         raise ConfigError(f"{path}: invalid profile\n{fields}") from None
 
 
+def declared_in(name: str, root: str | Path) -> dict[str, str]:
+    """Run entry -> the profile that declares it (the last one along ``extends`` that lists
+    it: a profile that redefines a base profile's run declares its own)."""
+    data = yaml.safe_load(profile_path(name, root).read_text()) or {}
+    out = declared_in(data["extends"], root) if data.get("extends") else {}
+    out.update({entry: name for entry in data.get("runs") or {}})
+    return out
+
+
+def origin_of(run: str, declared: dict[str, str]) -> str:
+    """The profile that declares run ``run`` (an entry or one of its sweep points; the
+    longest entry wins where two match)."""
+    entries = [e for e in declared if is_variant(run, e)]
+    if not entries:
+        raise ConfigError(f"{run}: no profile entry declares it")
+    return declared[max(entries, key=len)]
+
+
 def _merged(shared: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     cfg = copy.deepcopy(shared)
     for section, value in copy.deepcopy(run).items():

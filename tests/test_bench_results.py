@@ -1,7 +1,8 @@
 """Committed benchmark results (``mlsys.bench.results``): a finished run leaves a compact file in
 the repository; on a fresh machine (no ``runs/``) a run with a matching one is not trained
 again and the analysis gives the same numbers from it; a fork whose source has only a
-committed result stops with the source's name."""
+committed result stops with the source's name. And the profile's ``single_epoch`` check runs
+before anything trains."""
 
 from __future__ import annotations
 
@@ -79,6 +80,12 @@ def test_a_result_is_stored_under_the_profile_that_declares_the_run():
     assert origin_of("stable-lr1e-3", declared) == "cpu-budget"
     assert origin_of("wsd-long-lr2e-3-s16000", declared) == "cpu-budget"
     assert origin_of("gpt-ls-b2000-lr4e-3", declared) == "cpu-budget-gpt"
+
+
+def test_the_budget_profiles_ask_for_the_single_epoch_check():
+    for name in ("cpu-budget", "cpu-budget-gpt", "cpu-budget-bert"):
+        assert load_profile(name, REPO).single_epoch
+    assert not load_profile("cpu-small", REPO).single_epoch
 
 
 def _profile(root: Path, data: dict, lr: float = 1e-3, samples: int | None = None,
@@ -176,3 +183,16 @@ def test_a_changed_config_does_not_take_the_committed_result(gpt_data, tmp_path)
     assert results.matching("stable", changed["stable"]) is None
     chosen, committed = runner.plan_runs(changed, changed, results)
     assert committed == set() and list(chosen) == ["stable", "wsd"]
+
+
+def test_a_run_that_would_read_a_sample_twice_stops_before_anything_trains(
+        gpt_data, tmp_path, training_env):
+    root = tmp_path / "repo"
+    _profile(root, gpt_data, single_epoch=True, samples=10**6)
+    out = tmp_path / "runs" / "tiny"
+    with pytest.raises(ConfigError, match="read twice"):
+        runner.benchmark("tiny", "gpt", out, root, None)
+    assert training_env == [] and not (out / "stable").exists()
+    _profile(root, gpt_data, single_epoch=True)  # the runs' own samples fit
+    configs = run_configs(load_profile("tiny", root), "gpt", out)
+    assert runner.check_epochs(configs)["fraction"] < 1.0

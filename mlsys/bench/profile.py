@@ -88,12 +88,15 @@ class Sweep(_Strict):
 
 class Profile(_Strict):
     """``budget``: level-1 steps of the full budget; the target is the best baseline of that
-    length, and longer baselines only extend the frontier (default: the longest baselines)."""
+    length, and longer baselines only extend the frontier (default: the longest baselines).
+    ``single_epoch``: before anything trains, the benchmark checks that no run of the family
+    reads a sample twice (``mlsys.bench.epochs.check_single_epoch``) and stops otherwise."""
 
     ds_config: str
     ranks: int = Field(default=1, gt=0)
     window: int = Field(default=3, gt=0)
     budget: int | None = Field(default=None, gt=0)
+    single_epoch: bool = False  # every run must read fewer tokens than the train split holds
     families: dict[str, dict[str, Any]] = Field(min_length=1)
     runs: dict[str, dict[str, Any]] = Field(min_length=1)
 

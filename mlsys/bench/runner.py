@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from mlsys.atomic import write_json, write_text
+from mlsys.bench.epochs import check_single_epoch
 from mlsys.bench.profile import declared_in, is_variant, load_profile, origin_of, run_configs
 from mlsys.bench.report import compare, markdown, plot, table
 from mlsys.bench.results import RESULTS, compact, read_result, result_path, write_result
@@ -271,6 +272,9 @@ def benchmark(profile_name: str, family: str, out: Path, root: Path, runs: list[
     if not analyse_only:
         chosen = select_runs(configs, runs) if runs else configs
         chosen, committed = plan_runs(configs, chosen, results, rerun_sources)
+        to_train = [n for n in chosen if n not in committed and not done_here(chosen[n])]
+        if profile.single_epoch and to_train:
+            check_epochs(configs)
         train_all(chosen, profile.ds_config, profile.ranks, out, root, jobs, results, committed)
     for name, cfg in configs.items():  # runs finished here before results were committed
         results.save(name, cfg)
@@ -291,6 +295,18 @@ def benchmark(profile_name: str, family: str, out: Path, root: Path, runs: list[
               f"results ({results.folder})")
     print(f"wrote {out / 'results.json'} and {out / 'val_loss_vs_flops.png'}")
     return result
+
+
+def check_epochs(configs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``check_single_epoch`` over every run of a family (the profile's ``single_epoch``), on
+    the data the runs will read (the default data prepared first, as ``train_all`` does)."""
+    parsed = {n: parse_run_config(_plain(c), source=n) for n, c in configs.items()}
+    prefix = prepare_default_data(next(iter(parsed.values())))["data_prefix"]
+    figures = check_single_epoch(parsed, prefix)
+    print(f"single epoch: the longest run ({figures['longest']}) reads "
+          f"{figures['max_tokens_read']:,} of the train split's {figures['split_tokens']:,} "
+          f"tokens ({figures['fraction']:.0%})", flush=True)
+    return figures
 
 
 def transitions_check(transitions: int, out: Path, root: Path) -> dict[str, Any]:

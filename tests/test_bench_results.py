@@ -19,6 +19,7 @@ from mlsys.bench.profile import declared_in, load_profile, origin_of, run_config
 from mlsys.bench.report import compare
 from mlsys.bench.results import compact, read_result, result_path, write_result
 from mlsys.config import ConfigError
+from mlsys.train.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -89,11 +90,11 @@ def test_the_budget_profiles_ask_for_the_single_epoch_check():
 
 
 def _profile(root: Path, data: dict, lr: float = 1e-3, samples: int | None = None,
-             **extra) -> None:
-    """A tiny profile: a constant-lr trunk of 12 steps and a WSD decay forked from it."""
+             steps: int = 12, decay_fraction: float = 0.25, **extra) -> None:
+    """A tiny profile: a constant-lr trunk (12 steps) and a WSD decay forked from it."""
     profile = {
         "ds_config": str(REPO / "configs" / "ds" / "zero1.json"), "ranks": 1, "window": 2,
-        "budget": 12, **extra,
+        "budget": steps, **extra,
         "families": {"gpt": {
             "model": {"family": "gpt", "hidden_size": 32, "num_layers": 2, "num_heads": 2,
                       "ffn_size": 64, "max_position": 32, "dropout": 0.0},
@@ -101,13 +102,14 @@ def _profile(root: Path, data: dict, lr: float = 1e-3, samples: int | None = Non
                      "seq_length": 32, "split": "90,10,0",
                      **({"train_samples": samples} if samples else {})},
             "train": {"seed": 1, "micro_batch_size": 2, "global_batch_size": 2,
-                      "eval_every": 4, "eval_batches": 1, "checkpoint_every": 0}}},
+                      "eval_every": 4 if steps <= 100 else 50, "eval_batches": 1,
+                      "checkpoint_every": 0}}},
         "runs": {
             "stable": {"train": {"decay": "constant"},
-                       "phases": [{"level": 1, "steps": 12, "lr": lr}]},
+                       "phases": [{"level": 1, "steps": steps, "lr": lr}]},
             "wsd": {"fork": {"from": "stable", "before_decay": True},
-                    "train": {"decay": "wsd", "decay_fraction": 0.25},
-                    "phases": [{"level": 1, "steps": 12, "lr": lr}]}}}
+                    "train": {"decay": "wsd", "decay_fraction": decay_fraction},
+                    "phases": [{"level": 1, "steps": steps, "lr": lr}]}}}
     (root / "configs" / "bench").mkdir(parents=True, exist_ok=True)
     (root / "configs" / "bench" / "tiny.yaml").write_text(yaml.safe_dump(profile))
 
@@ -196,3 +198,68 @@ def test_a_run_that_would_read_a_sample_twice_stops_before_anything_trains(
     _profile(root, gpt_data, single_epoch=True)  # the runs' own samples fit
     configs = run_configs(load_profile("tiny", root), "gpt", out)
     assert runner.check_epochs(configs)["fraction"] < 1.0
+
+
+def test_a_fork_starts_beside_its_source_once_the_checkpoint_exists(
+        gpt_data, tmp_path, monkeypatch, training_env):
+    """At --jobs 2 a fork starts as soon as its source's checkpoint at the fork step exists,
+    while the source still trains, and ends exactly where it ends when started after it."""
+    root = tmp_path / "repo"
+    _profile(root, gpt_data, steps=2000, decay_fraction=0.5)  # the decay forks at step 1000
+    out = tmp_path / "runs" / "tiny"
+    source_done_at_fork_start = []
+    real = runner.start
+
+    def start(cfg, *args, **kwargs):
+        if cfg["name"] == "gpt-wsd":
+            source_done_at_fork_start.append(runner.RunDir(out / "stable").is_done())
+        return real(cfg, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "start", start)
+    early = runner.benchmark("tiny", "gpt", out, root, None, jobs=2)
+    assert source_done_at_fork_start == [False]  # started beside its source
+    records = read_metrics(out / "wsd" / "metrics.jsonl")
+    source = read_metrics(out / "stable" / "metrics.jsonl")
+    steps = [r["step"] for r in records if r["event"] == "step"]
+    assert steps == sorted(set(steps)) and steps[-1] == 2000  # nothing after the fork twice
+    assert [r for r in records if r["event"] == "eval" and r["step"] <= 1000] == \
+        [r for r in source if r["event"] == "eval" and r["step"] <= 1000]
+    late = runner.benchmark("tiny", "gpt", tmp_path / "late", root, None, jobs=1,
+                            results_dir=tmp_path / "other-results")
+    assert [r["final_val_loss"] for r in early["runs"]] == \
+        [r["final_val_loss"] for r in late["runs"]]
+
+
+def test_the_scheduler_puts_a_ready_fork_before_a_new_trunk(tmp_path, monkeypatch):
+    """At --jobs 2: trunk A and trunk B start; when A's fork point exists its fork takes the
+    next free slot before trunk C; a committed run neither waits for its source nor takes a
+    slot. (Training replaced by processes that end after a few polls.)"""
+    order, polls = [], {}
+
+    class Proc:
+        def __init__(self, name, length):
+            self.name, self.left, self.returncode = name, length, None
+
+        def poll(self):
+            self.left -= 1
+            polls[self.name] = polls.get(self.name, 0) + 1
+            if self.left <= 0:
+                self.returncode = 0
+            return self.returncode
+
+    lengths = {"a": 3, "b": 2, "c": 1, "a-fork": 1}
+
+    def start(cfg, *args, **kwargs):
+        order.append(cfg["name"])
+        return [Proc(cfg["name"], lengths[cfg["name"]])]
+
+    monkeypatch.setattr(runner, "start", start)
+    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    monkeypatch.setattr(runner, "fork_point_ready", lambda cfg, src: polls.get(src["name"], 0) >= 1)
+    monkeypatch.setattr(runner, "prepare_default_data", lambda cfg: {})
+    monkeypatch.setattr(runner, "parse_run_config", lambda cfg: cfg)
+    cfg = {n: {"name": n, "run_dir": str(tmp_path / n)} for n in ("a", "b", "c", "a-fork")}
+    cfg["a-fork"]["fork"] = {"from": "a", "step": 1}
+    cfg["c-fork"] = {"name": "c-fork", "run_dir": "x", "fork": {"from": "c", "step": 1}}
+    runner.train_all(cfg, "ds.json", 1, tmp_path, tmp_path, jobs=2, skip={"c-fork"})
+    assert order == ["a", "b", "a-fork", "c"]

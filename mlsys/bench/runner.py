@@ -21,7 +21,7 @@ from mlsys.bench.results import RESULTS, compact, read_result, result_path, writ
 from mlsys.config import ConfigError, parse_run_config
 from mlsys.data.run_data import prepare_default_data
 from mlsys.dist.spawn import start_ranks, wait_ranks
-from mlsys.train.checkpoint import complete_tags, fork_run
+from mlsys.train.checkpoint import complete_tags, fork_run, step_of
 from mlsys.train.metrics import read_metrics
 from mlsys.train.rundir import RunDir
 
@@ -143,11 +143,25 @@ def train(cfg: dict[str, Any], ds_config: str, ranks: int, out: Path, root: Path
         raise RuntimeError(f"{cfg['name']}: training exited non-zero")
 
 
+def fork_point_ready(cfg: dict[str, Any], source: dict[str, Any]) -> bool:
+    """True if fork ``cfg`` can branch now from its running ``source``: the source's run
+    directory holds this source config (so its checkpoints are this run's: a source started
+    over with another config has its old checkpoints wiped before it writes its new
+    run_config.json) and a complete checkpoint at the fork step. ``train_all`` then starts the
+    fork beside its source instead of waiting for the source to finish (the fork copies the
+    checkpoint and the metrics up to it; records past it are dropped on its start)."""
+    run = RunDir(source["run_dir"])
+    return _same_config(_plain(source), run) and any(
+        step_of(tag) == cfg["fork"]["step"] for tag in complete_tags(run.checkpoints))
+
+
 def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, out: Path,
               root: Path, jobs: int, results: Results | None = None,
               skip: set[str] = frozenset()) -> None:
     """Train ``configs`` in order, ``jobs`` at a time (one thread per rank when ``jobs`` > 1,
-    output to ``<out>/<name>.log``); a fork waits for its source. Runs in ``skip`` (their
+    output to ``<out>/<name>.log``); a fork waits for its source, at ``jobs`` > 1 only until
+    the source's checkpoint at the fork step exists (``fork_point_ready``; a fork that can
+    start goes before a run from scratch). Runs in ``skip`` (their
     committed result stands for them) are not started; every run that finishes (or is found
     finished) gets its committed result written to ``results``."""
     def finish(name: str) -> None:
@@ -172,17 +186,22 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
         prepare_default_data(parse_run_config(_plain(first)))
     pending, running, finished = list(configs), {}, set()
     while pending or running:
-        for name in list(pending):
+        # a fork that can branch goes before a run that starts from scratch: the trunk's
+        # checkpoints are freed sooner, and a trunk trains beside its own decays
+        for name in sorted(pending, key=lambda n: "fork" not in configs[n]):
+            if skipped(name):  # needs no slot, nor its source
+                pending.remove(name)
+                finished.add(name)
+                continue
             if len(running) >= jobs:
                 break
             source = configs[name].get("fork", {}).get("from")
-            if source in configs and source not in finished:
+            if source in configs and source not in finished and not (
+                    source in running and fork_point_ready(configs[name], configs[source])):
                 continue
             pending.remove(name)
-            if skipped(name):
-                finished.add(name)
-                continue
-            print(f"== {configs[name]['name']} (log: {out / (name + '.log')})", flush=True)
+            early = f", {source} still running" if source in running else ""
+            print(f"== {configs[name]['name']} (log: {out / (name + '.log')}{early})", flush=True)
             procs = start(configs[name], ds_config, ranks, out, root, threads=1,
                           log=out / f"{name}.log")
             if procs is None:

@@ -14,7 +14,10 @@ cycles a tiny model down and up N times under ZeRO-3 and reports resident memory
 rebuild and seconds per transition; ``--overhead`` measures the controller's step time against
 a plain DeepSpeed loop (``mlsys/bench/overhead.py``). A run already finished with the same
 config is skipped and an interrupted one resumes, so a long sweep may be stopped and started
-again.
+again. Every finished run leaves a compact committed result under ``bench/results/`` (its
+config, done record and the metrics the analysis reads; ``mlsys/bench/results.py``): on a
+fresh machine a run with a matching result is not trained again and the analysis reads it, so
+a sweep may span sessions that keep nothing but the repository.
 """
 
 from __future__ import annotations
@@ -38,6 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--analyse-only", action="store_true", help="re-read finished runs")
     p.add_argument("--jobs", type=int, default=1,
                    help="runs at a time (one thread per rank each; a fork waits for its source)")
+    p.add_argument("--results", default=None,
+                   help="committed results folder (default: bench/results in the repository): "
+                        "a run with a result there is not re-run, and the analysis reads it")
+    p.add_argument("--rerun-sources", action="store_true",
+                   help="retrain a fork source that has only a committed result (no "
+                        "checkpoints here) before its forks, instead of stopping")
     p.add_argument("--transitions", type=int, default=0,
                    help="instead: cycle a tiny ZeRO-3 model down and up N times")
     p.add_argument("--overhead", action="store_true",
@@ -63,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             transitions_check(args.transitions, Path(args.out), ROOT)
         else:
             benchmark(args.profile, args.family, Path(args.out), ROOT, args.runs, args.scale,
-                      args.analyse_only, args.jobs)
+                      args.analyse_only, args.jobs,
+                      Path(args.results) if args.results else None, args.rerun_sources)
     except (ConfigError, RuntimeError) as err:
         print(f"benchmark: {err}", file=sys.stderr)
         return 2

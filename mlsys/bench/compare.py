@@ -1,7 +1,9 @@
 """Comparing runs at equal compute: the figures ``launch/benchmark.py`` reports.
 
 Pure functions over the records of ``metrics.jsonl`` (events ``step``, ``eval``,
-``transition``, ``end``; every record carries ``step``, ``phase``, ``level``, ``flops``).
+``transition``, ``end``; every record carries ``step``, ``phase``, ``level``, ``flops``), or of
+a committed result (``mlsys.bench.results``: the same records, step records thinned, plus a
+``steps`` record with the median step time of all of them).
 """
 
 from __future__ import annotations
@@ -91,6 +93,17 @@ def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
+def median_step_seconds(records: list[Record]) -> float | None:
+    """The upper median of the step records' ``seconds``; a committed result
+    (``mlsys.bench.results``) keeps only some step records and carries the median of all of
+    them in its ``steps`` record, which is used when present."""
+    summary = next((r for r in records if r.get("event") == "steps"), None)
+    if summary is not None:
+        return summary["median_seconds"]
+    seconds = sorted(r["seconds"] for r in records if r.get("event") == "step")
+    return seconds[len(seconds) // 2] if seconds else None
+
+
 def summarize(name: str, levels: int, records: list[Record], target: float | None,
               baseline_to_target: tuple[float, float] | None, window: int,
               baseline: tuple[list[float], list[float]] | None = None) -> dict[str, Any]:
@@ -102,9 +115,7 @@ def summarize(name: str, levels: int, records: list[Record], target: float | Non
     curve = eval_curve(records, level=1)
     smooth = curve.smoothed(window)
     end = next((r for r in reversed(records) if r.get("event") == "end"), {})
-    steps = [r for r in records if r.get("event") == "step"]
-    step_seconds = sorted(r["seconds"] for r in steps)
-    median_step = step_seconds[len(step_seconds) // 2] if step_seconds else None
+    median_step = median_step_seconds(records)
     flops_to = first_reach(curve.flops, smooth, target) if target is not None else None
     wall_to = first_reach(curve.wall, smooth, target) if target is not None else None
     row: dict[str, Any] = {

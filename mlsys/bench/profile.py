@@ -88,12 +88,15 @@ class Sweep(_Strict):
 
 class Profile(_Strict):
     """``budget``: level-1 steps of the full budget; the target is the best baseline of that
-    length, and longer baselines only extend the frontier (default: the longest baselines)."""
+    length, and longer baselines only extend the frontier (default: the longest baselines).
+    ``single_epoch``: before anything trains, the benchmark checks that no run of the family
+    reads a sample twice (``mlsys.bench.epochs.check_single_epoch``) and stops otherwise."""
 
     ds_config: str
     ranks: int = Field(default=1, gt=0)
     window: int = Field(default=3, gt=0)
     budget: int | None = Field(default=None, gt=0)
+    single_epoch: bool = False  # every run must read fewer tokens than the train split holds
     families: dict[str, dict[str, Any]] = Field(min_length=1)
     runs: dict[str, dict[str, Any]] = Field(min_length=1)
 
@@ -221,6 +224,24 @@ def load_profile(name: str, root: str | Path) -> Profile:
         fields = "\n".join(f"  {'.'.join(str(x) for x in e['loc'])}: "
                            f"{e['msg'].removeprefix('Value error, ')}" for e in err.errors())
         raise ConfigError(f"{path}: invalid profile\n{fields}") from None
+
+
+def declared_in(name: str, root: str | Path) -> dict[str, str]:
+    """Run entry -> the profile that declares it (the last one along ``extends`` that lists
+    it: a profile that redefines a base profile's run declares its own)."""
+    data = yaml.safe_load(profile_path(name, root).read_text()) or {}
+    out = declared_in(data["extends"], root) if data.get("extends") else {}
+    out.update({entry: name for entry in data.get("runs") or {}})
+    return out
+
+
+def origin_of(run: str, declared: dict[str, str]) -> str:
+    """The profile that declares run ``run`` (an entry or one of its sweep points; the
+    longest entry wins where two match)."""
+    entries = [e for e in declared if is_variant(run, e)]
+    if not entries:
+        raise ConfigError(f"{run}: no profile entry declares it")
+    return declared[max(entries, key=len)]
 
 
 def _merged(shared: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:

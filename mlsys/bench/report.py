@@ -18,8 +18,8 @@ from mlsys.train.metrics import read_metrics, save_figure
 from mlsys.train.rundir import RunDir
 
 
-def compare(configs: dict[str, dict[str, Any]], window: int, budget: int | None = None
-            ) -> dict[str, Any]:
+def compare(configs: dict[str, dict[str, Any]], window: int, budget: int | None = None,
+            records: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """Every finished run against the tuned baselines.
 
     Baselines are the one-level runs. The **target** is the best of those that train the
@@ -33,8 +33,9 @@ def compare(configs: dict[str, dict[str, Any]], window: int, budget: int | None 
     smoothed final loss, with ``saving_frontier = 1 - flops_total / frontier_flops``
     (measure b; None where the run ends below the whole frontier). ``saving_frontier_last_eval``
     is measure b with every final loss taken from the last evaluation alone (the exported
-    model's), frontier included."""
-    records = {n: read_metrics(RunDir(c["run_dir"]).metrics) for n, c in configs.items()}
+    model's), frontier included. ``records``: each run's metrics records (default: read from
+    its ``run_dir``; a committed result's for a run not on this machine)."""
+    records = _records(configs, records)
     levels = {n: max(p["level"] for p in c["phases"]) for n, c in configs.items()}
     curves = {n: eval_curve(records[n]) for n in configs}
     finals = {n: (curves[n].flops[-1], curves[n].smoothed(window)[-1]) for n in configs
@@ -80,6 +81,13 @@ def compare(configs: dict[str, dict[str, Any]], window: int, budget: int | None 
             "grid_edge": _grid_edge(rows, best), "runs": rows}
 
 
+def _records(configs: dict[str, dict[str, Any]],
+             records: dict[str, list[dict[str, Any]]] | None) -> dict[str, list[dict[str, Any]]]:
+    if records is not None:
+        return {n: records[n] for n in configs}
+    return {n: read_metrics(RunDir(c["run_dir"]).metrics) for n, c in configs.items()}
+
+
 def _grid_edge(rows: list[dict[str, Any]], best: str) -> str | None:
     """Whether the target's lr sits at an edge of its schedule's lr grid (then the grid
     must be extended before the target is trusted); None if it is inside."""
@@ -95,7 +103,7 @@ def _grid_edge(rows: list[dict[str, Any]], best: str) -> str | None:
 
 
 def plot(configs: dict[str, dict[str, Any]], result: dict[str, Any], png: Path,
-         title: str) -> None:
+         title: str, records: dict[str, list[dict[str, Any]]] | None = None) -> None:
     """Validation loss against FLOPs: baselines thin and grey (the target in black), the
     frontier as a dashed line through its points, every V-cycle in colour."""
     import matplotlib
@@ -103,13 +111,14 @@ def plot(configs: dict[str, dict[str, Any]], result: dict[str, Any], png: Path,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    records = _records(configs, records)
     levels = {r["name"]: r["levels"] for r in result["runs"]}
     # tab20 without its two greys (the baselines' colour); line styles beyond 18 V-cycles
     palette = [c for i, c in enumerate(plt.get_cmap("tab20").colors) if i not in (14, 15)]
     fig, ax = plt.subplots(figsize=(12, 6))
     n_cycles = 0
-    for name, cfg in configs.items():
-        c = eval_curve(read_metrics(RunDir(cfg["run_dir"]).metrics))
+    for name in configs:
+        c = eval_curve(records[name])
         if levels[name] > 1:
             style = ("-", "--", ":")[n_cycles // len(palette) % 3]
             ax.plot(c.flops, c.val, lw=1.2, ls=style, color=palette[n_cycles % len(palette)],

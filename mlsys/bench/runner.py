@@ -14,16 +14,29 @@ from typing import Any
 import yaml
 
 from mlsys.atomic import write_json, write_text
-from mlsys.bench.profile import is_variant, load_profile, run_configs
+from mlsys.bench.epochs import check_single_epoch
+from mlsys.bench.profile import declared_in, is_variant, load_profile, origin_of, run_configs
 from mlsys.bench.report import compare, markdown, plot, table
+from mlsys.bench.results import RESULTS, compact, read_result, result_path, write_result
 from mlsys.config import ConfigError, parse_run_config
 from mlsys.data.run_data import prepare_default_data
 from mlsys.dist.spawn import start_ranks, wait_ranks
-from mlsys.train.checkpoint import complete_tags, fork_run
+from mlsys.train.checkpoint import complete_tags, fork_run, step_of
 from mlsys.train.metrics import read_metrics
 from mlsys.train.rundir import RunDir
 
 BOOKKEEPING = ("checkpoint_every", "keep_checkpoints")  # train fields that change no number
+
+
+def _canonical(raw: dict[str, Any], source: str, location: bool = True) -> Any:
+    """A run config as compared for "the same run": validated (defaults filled in), without
+    ``BOOKKEEPING`` fields, and without ``run_dir`` unless ``location``."""
+    data = json.loads(json.dumps(parse_run_config(raw, source=source).model_dump()))
+    for key in BOOKKEEPING:
+        data["train"].pop(key)
+    if not location:
+        data.pop("run_dir")
+    return data
 
 
 def _same_config(cfg: dict[str, Any], run: RunDir) -> bool:
@@ -34,19 +47,61 @@ def _same_config(cfg: dict[str, Any], run: RunDir) -> bool:
     ones exist."""
     if not run.run_config.is_file():
         return False
-
-    def canonical(raw: dict[str, Any], source: str) -> Any:
-        data = json.loads(json.dumps(parse_run_config(raw, source=source).model_dump()))
-        for key in BOOKKEEPING:
-            data["train"].pop(key)
-        return data
-
-    wanted = canonical(cfg, cfg["name"])
+    wanted = _canonical(cfg, cfg["name"])
     try:
-        stored = canonical(json.loads(run.run_config.read_text()), str(run.run_config))
+        stored = _canonical(json.loads(run.run_config.read_text()), str(run.run_config))
     except (ValueError, ConfigError):
         return False
     return wanted == stored
+
+
+def _plain(cfg: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in cfg.items() if k != "fork"}
+
+
+def done_here(cfg: dict[str, Any]) -> bool:
+    """True if the run finished on this machine with this config (``run_dir``/done.json)."""
+    run = RunDir(cfg["run_dir"])
+    return run.is_done() and _same_config(_plain(cfg), run)
+
+
+class Results:
+    """A family's committed results (``mlsys.bench.results``): where each run's file is, which
+    stand for their run, and writing one when a run has finished here."""
+
+    def __init__(self, folder: Path, profile: str, family: str, root: Path) -> None:
+        self.folder, self.family = Path(folder), family
+        self.declared = declared_in(profile, root)
+
+    def path(self, name: str) -> Path:
+        return result_path(self.folder, origin_of(name, self.declared), self.family, name)
+
+    def matching(self, name: str, cfg: dict[str, Any]) -> dict[str, Any] | None:
+        """The committed result of run ``name`` if it was made with ``cfg`` (``_same_config``'s
+        rule, ``run_dir`` ignored, the same fork point); else None."""
+        path = self.path(name)
+        result = read_result(path)
+        if result is None or result.get("fork") != cfg.get("fork"):
+            return None
+        try:
+            stored = _canonical(result["run_config"], str(path), location=False)
+        except (KeyError, TypeError, ValueError, ConfigError):
+            return None
+        return result if stored == _canonical(_plain(cfg), cfg["name"], location=False) else None
+
+    def save(self, name: str, cfg: dict[str, Any]) -> Path | None:
+        """Write run ``name``'s committed result if it finished here with ``cfg`` (the file
+        is left alone when it already holds the same bytes); its path, or None."""
+        if not done_here(cfg):
+            return None
+        run, path = RunDir(cfg["run_dir"]), self.path(name)
+        result = {"profile": path.parent.parent.name, "family": self.family, "run": name,
+                  "run_config": json.loads(run.run_config.read_text()),
+                  "fork": cfg.get("fork"), "done": json.loads(run.done.read_text()),
+                  "metrics": compact(read_metrics(run.metrics))}
+        if write_result(path, result):
+            print(f"   {name}: result written to {path}", flush=True)
+        return path
 
 
 def start(cfg: dict[str, Any], ds_config: str, ranks: int, out: Path, root: Path,
@@ -88,31 +143,70 @@ def train(cfg: dict[str, Any], ds_config: str, ranks: int, out: Path, root: Path
         raise RuntimeError(f"{cfg['name']}: training exited non-zero")
 
 
+def fork_point_ready(cfg: dict[str, Any], source: dict[str, Any]) -> bool:
+    """True if fork ``cfg`` can branch now from its running ``source``: the source's run
+    directory holds this source config (so its checkpoints are this run's: a source started
+    over with another config has its old checkpoints wiped before it writes its new
+    run_config.json) and a complete checkpoint at the fork step. ``train_all`` then starts the
+    fork beside its source instead of waiting for the source to finish (the fork copies the
+    checkpoint and the metrics up to it; records past it are dropped on its start)."""
+    run = RunDir(source["run_dir"])
+    return _same_config(_plain(source), run) and any(
+        step_of(tag) == cfg["fork"]["step"] for tag in complete_tags(run.checkpoints))
+
+
 def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, out: Path,
-              root: Path, jobs: int) -> None:
+              root: Path, jobs: int, results: Results | None = None,
+              skip: set[str] = frozenset()) -> None:
     """Train ``configs`` in order, ``jobs`` at a time (one thread per rank when ``jobs`` > 1,
-    output to ``<out>/<name>.log``); a fork waits for its source."""
+    output to ``<out>/<name>.log``); a fork waits for its source, at ``jobs`` > 1 only until
+    the source's checkpoint at the fork step exists (``fork_point_ready``; a fork that can
+    start goes before a run from scratch). Runs in ``skip`` (their
+    committed result stands for them) are not started; every run that finishes (or is found
+    finished) gets its committed result written to ``results``."""
+    def finish(name: str) -> None:
+        if results is not None:
+            results.save(name, configs[name])
+
+    def skipped(name: str) -> bool:
+        if name in skip:
+            print(f"== {configs[name]['name']}: committed result, not re-run", flush=True)
+        return name in skip
+
     if jobs <= 1:
-        for cfg in configs.values():
+        for name, cfg in configs.items():
+            if skipped(name):
+                continue
             print(f"== {cfg['name']}", flush=True)
             train(cfg, ds_config, ranks, out, root)
+            finish(name)
         return
-    first = next(iter(configs.values()))  # the default data, once, before runs race for it
-    prepare_default_data(parse_run_config({k: v for k, v in first.items() if k != "fork"}))
+    if set(configs) - set(skip):  # the default data, once, before runs race for it
+        first = next(iter(configs.values()))
+        prepare_default_data(parse_run_config(_plain(first)))
     pending, running, finished = list(configs), {}, set()
     while pending or running:
-        for name in list(pending):
+        # a fork that can branch goes before a run that starts from scratch: the trunk's
+        # checkpoints are freed sooner, and a trunk trains beside its own decays
+        for name in sorted(pending, key=lambda n: "fork" not in configs[n]):
+            if skipped(name):  # needs no slot, nor its source
+                pending.remove(name)
+                finished.add(name)
+                continue
             if len(running) >= jobs:
                 break
             source = configs[name].get("fork", {}).get("from")
-            if source in configs and source not in finished:
+            if source in configs and source not in finished and not (
+                    source in running and fork_point_ready(configs[name], configs[source])):
                 continue
             pending.remove(name)
-            print(f"== {configs[name]['name']} (log: {out / (name + '.log')})", flush=True)
+            early = f", {source} still running" if source in running else ""
+            print(f"== {configs[name]['name']} (log: {out / (name + '.log')}{early})", flush=True)
             procs = start(configs[name], ds_config, ranks, out, root, threads=1,
                           log=out / f"{name}.log")
             if procs is None:
                 finished.add(name)
+                finish(name)
             else:
                 running[name] = procs
         time.sleep(2)
@@ -126,6 +220,7 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
                     raise RuntimeError(f"{name}: training exited non-zero (see {name}.log)")
                 finished.add(name)
                 print(f"   {name}: done", flush=True)
+                finish(name)
 
 
 def select_runs(configs: dict[str, dict[str, Any]], runs: list[str]
@@ -139,28 +234,98 @@ def select_runs(configs: dict[str, dict[str, Any]], runs: list[str]
     return {n: c for n, c in configs.items() if any(is_variant(n, r) for r in runs)}
 
 
+def plan_runs(configs: dict[str, dict[str, Any]], chosen: dict[str, dict[str, Any]],
+              results: Results, rerun_sources: bool = False
+              ) -> tuple[dict[str, dict[str, Any]], set[str]]:
+    """Which of ``chosen`` to train: (the runs, in profile order; those of them a committed
+    result stands for, not to be started). A run finished here with its config is left to
+    ``start`` (it skips it). A fork that must still branch from its source needs the source's
+    checkpoints, which a committed result does not carry: such a source is an error naming
+    it, or, with ``rerun_sources``, trained again first (its result replaced when done)."""
+    committed = {n for n, c in chosen.items() if not done_here(c) and results.matching(n, c)}
+    stale: dict[str, list[str]] = {}
+    for name, cfg in chosen.items():
+        if "fork" not in cfg or name in committed \
+                or _same_config(_plain(cfg), RunDir(cfg["run_dir"])):
+            continue  # nothing to branch: committed, or its own run dir resumes
+        source = cfg["fork"]["from"]
+        if not done_here(configs[source]) and (
+                source in committed or results.matching(source, configs[source])):
+            stale.setdefault(source, []).append(name)
+    if stale and not rerun_sources:
+        lines = [f"  {source} (committed: {results.path(source)}) is needed by "
+                 f"{', '.join(forks)}" for source, forks in stale.items()]
+        raise ConfigError("forks whose source has only a committed result (no checkpoints on "
+                          "this machine):\n" + "\n".join(lines) + "\nthe source must be re-run "
+                          "first: --rerun-sources trains it again, then its forks (its committed "
+                          "result is replaced when it finishes); nothing was trained")
+    runs = {n: c for n, c in configs.items() if n in chosen or n in stale}
+    return runs, committed - set(stale)
+
+
+def finished_records(configs: dict[str, dict[str, Any]], results: Results
+                     ) -> dict[str, list[dict[str, Any]]]:
+    """Metrics records of every finished run: from its run directory where it finished here
+    with its config, else from its committed result; runs with neither are left out."""
+    out = {}
+    for name, cfg in configs.items():
+        if done_here(cfg):
+            out[name] = read_metrics(RunDir(cfg["run_dir"]).metrics)
+        elif (result := results.matching(name, cfg)) is not None:
+            out[name] = result["metrics"]
+    return out
+
+
 def benchmark(profile_name: str, family: str, out: Path, root: Path, runs: list[str] | None,
-              scale: float = 1.0, analyse_only: bool = False, jobs: int = 1) -> dict[str, Any]:
+              scale: float = 1.0, analyse_only: bool = False, jobs: int = 1,
+              results_dir: Path | None = None, rerun_sources: bool = False) -> dict[str, Any]:
     """Train the profile's runs for ``family`` (only ``runs`` if given), then analyse every
-    finished one: ``results.json``, ``val_loss_vs_flops.png`` and the tables, printed."""
+    finished one: ``results.json``, ``val_loss_vs_flops.png`` and the tables, printed.
+    Committed results (``results_dir``, default ``<root>/bench/results``) stand for runs not
+    on this machine: a run with one is not trained again, and the analysis reads it; every
+    run finished here gets one (``mlsys.bench.results``)."""
     profile = load_profile(profile_name, root)
     out.mkdir(parents=True, exist_ok=True)
     configs = run_configs(profile, family, out, scale)
+    results = Results(results_dir or root / RESULTS, profile_name, family, root)
     if not analyse_only:
         chosen = select_runs(configs, runs) if runs else configs
-        train_all(chosen, profile.ds_config, profile.ranks, out, root, jobs)
-    configs = {n: c for n, c in configs.items() if RunDir(c["run_dir"]).is_done()}
+        chosen, committed = plan_runs(configs, chosen, results, rerun_sources)
+        to_train = [n for n in chosen if n not in committed and not done_here(chosen[n])]
+        if profile.single_epoch and to_train:
+            check_epochs(configs)
+        train_all(chosen, profile.ds_config, profile.ranks, out, root, jobs, results, committed)
+    for name, cfg in configs.items():  # runs finished here before results were committed
+        results.save(name, cfg)
+    records = finished_records(configs, results)
+    configs = {n: c for n, c in configs.items() if n in records}
     result = {"family": family, "profile": profile_name, "ranks": profile.ranks,
               "ds_config": profile.ds_config,
-              **compare(configs, profile.window, profile.budget)}
+              "from_committed": sorted(n for n in configs if not done_here(configs[n])),
+              **compare(configs, profile.window, profile.budget, records)}
     write_json(out / "results.json", result)
-    plot(configs, result, out / "val_loss_vs_flops.png", f"{profile_name} / {family}")
+    plot(configs, result, out / "val_loss_vs_flops.png", f"{profile_name} / {family}", records)
     print(table(result["runs"]))
     print(markdown(result["runs"]))
     print(f"target: {result['target']} ({result['target_val_loss']:.4f})"
           + (f"; WARNING {result['grid_edge']}" if result["grid_edge"] else ""))
+    if result["from_committed"]:
+        print(f"{len(result['from_committed'])} of {len(configs)} runs read from committed "
+              f"results ({results.folder})")
     print(f"wrote {out / 'results.json'} and {out / 'val_loss_vs_flops.png'}")
     return result
+
+
+def check_epochs(configs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``check_single_epoch`` over every run of a family (the profile's ``single_epoch``), on
+    the data the runs will read (the default data prepared first, as ``train_all`` does)."""
+    parsed = {n: parse_run_config(_plain(c), source=n) for n, c in configs.items()}
+    prefix = prepare_default_data(next(iter(parsed.values())))["data_prefix"]
+    figures = check_single_epoch(parsed, prefix)
+    print(f"single epoch: the longest run ({figures['longest']}) reads "
+          f"{figures['max_tokens_read']:,} of the train split's {figures['split_tokens']:,} "
+          f"tokens ({figures['fraction']:.0%})", flush=True)
+    return figures
 
 
 def transitions_check(transitions: int, out: Path, root: Path) -> dict[str, Any]:

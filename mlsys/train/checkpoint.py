@@ -62,6 +62,11 @@ def _step_of(tag: str) -> int:
     return int(tag[4:11])
 
 
+def step_of(tag: str) -> int:
+    """The global step a checkpoint tag was taken at."""
+    return _step_of(tag)
+
+
 def tags(root: str | Path) -> list[str]:
     """Every checkpoint tag directory (finished or not), oldest first."""
     root = Path(root)

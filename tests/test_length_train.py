@@ -96,7 +96,10 @@ def test_length_level_trains_exports_and_resumes(gpt_data: dict, tmp_path: Path)
     loss = exported_val_loss(config, final, AutoModelForCausalLM)
     assert abs(loss - end["val_loss"]) < 1e-5, (loss, end["val_loss"])
 
-    # Resume from the checkpoint inside the length level (global step 4 = its 2nd step).
+    # Resume from the checkpoint inside the length level (global step 4 = its 2nd step). The
+    # finished run's done.json and final/ go too (a finished run is never retrained).
+    (tmp_path / "run" / "done.json").unlink()
+    shutil.rmtree(final)
     root = tmp_path / "run" / "checkpoints"
     inside = [t for t in complete_tags(root)
               if json.loads((root / t / "controller.json").read_text())["phase"] == 1

@@ -33,3 +33,16 @@ def launch(script: str | Path, *args: str, ranks: int = 2, timeout: float = 600,
         raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n"
                              f"{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}")
     return proc
+
+
+def destroy_group() -> None:
+    """End an in-process group as DeepSpeed expects: through ``deepspeed.comm`` when DeepSpeed
+    has used it (it then also drops the groups it cached on it: a later test's engine would
+    otherwise reach a destroyed group), else through torch.distributed."""
+    import deepspeed.comm.comm as ds_comm
+    import torch.distributed as dist
+
+    if ds_comm.cdb is not None and ds_comm.cdb.is_initialized():
+        ds_comm.destroy_process_group()
+    elif dist.is_initialized():
+        dist.destroy_process_group()

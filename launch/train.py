@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         deepspeed.init_distributed(dist_backend=backend)
         result = run_training(cfg, ds, resume=resume, stop=stop, progress=not args.no_progress,
                               accept_changes=tuple(args.accept_change))
-    except (ConfigError, RunDirError, FileNotFoundError) as err:  # nothing was changed
+    except (ConfigError, RunDirError) as err:  # refused before anything was changed
         print(f"{cfg.name}: error: {err}", file=sys.stderr, flush=True)
         return 2
     except (NonFiniteError, CheckpointError) as err:  # a clear message, no traceback

@@ -102,7 +102,7 @@ def _decide(run: RunDir, cfg: RunConfig, resume: bool | str, accept: Iterable[st
         raise RunDirError(f"{run.checkpoints}: no checkpoint can be resumed (see above); "
                           "nothing was changed. --fresh starts the run over")
     if tag is None and resume is True:
-        raise FileNotFoundError(f"{run.checkpoints}: --resume given but no checkpoint found")
+        raise RunDirError(f"{run.checkpoints}: --resume given but no checkpoint found")
     if tag is None:
         if run.holds_run():
             raise RunDirError(f"{run.root}: holds an unfinished run without a checkpoint to "
@@ -117,7 +117,7 @@ def _decide(run: RunDir, cfg: RunConfig, resume: bool | str, accept: Iterable[st
     return Start(tag, logged_through=logged_through)
 
 
-_ERRORS = (RunDirError, ConfigError, FileNotFoundError)
+_ERRORS = (RunDirError, ConfigError)
 
 
 def open_run(run: RunDir, cfg: RunConfig, resume: bool | str,

@@ -9,6 +9,7 @@ uninterrupted run would have read. ``workers`` processes collate batches while t
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -44,6 +45,18 @@ class StepBatches:
     def next_step(self) -> list[dict[str, torch.Tensor]]:
         return [next(self._it) for _ in range(self.accum)]
 
-    def close(self) -> None:
-        """Stop the workers (a phase that ends early, e.g. on a signal)."""
-        self._it = None
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the workers and wait until the threads feeding their queues have exited.
+        Forking the next loader's workers while such a thread is still deleting its thread
+        state copies CPython's interpreter-state lock held into the child, which then hangs
+        before its first instruction (CPython 3.11; seen here right after a V-cycle
+        transition, in ``PyOS_AfterFork_Child``). Closed queues' feeders exit promptly."""
+        it, self._it = self._it, None
+        if it is None or not hasattr(it, "_shutdown_workers"):
+            return
+        queues = [*getattr(it, "_index_queues", []), getattr(it, "_worker_result_queue", None)]
+        it._shutdown_workers()
+        for queue in queues:
+            feeder = getattr(queue, "_thread", None)
+            if feeder is not None and feeder is not threading.current_thread():
+                feeder.join(timeout)

@@ -198,6 +198,7 @@ class Controller:
                 self._checkpoint()
                 self._record("preempted", signal=self.stop.signal)
                 return False
+        data.close()  # its workers and queue threads gone before the next phase forks anew
         return True
 
     def _log_steps(self, window: LossWindow, level: int, rate: float | None,

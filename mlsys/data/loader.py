@@ -9,6 +9,7 @@ uninterrupted run would have read. ``workers`` processes collate batches while t
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -17,6 +18,19 @@ import torch
 from torch.utils.data import DataLoader
 
 from mlsys.data.stream import micro_indices
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+
+def ignore_stop_signals(_worker_id: int) -> None:
+    """A worker's init: the stop signals are the training process's to act on. A signal sent
+    to the whole process group (``kill -- -PGID``, ``timeout``, a terminal's Ctrl-C, a
+    scheduler that signals every process of a job) reaches the workers too; a worker that died
+    of it would make the DataLoader raise in the training process before it could checkpoint.
+    The training process shuts its workers down itself (``StepBatches.close``), and a worker
+    whose parent is gone exits on its own (torch's watchdog)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def step_indices(consumed: int, steps: int, micro: int, world: int, rank: int, accum: int,
@@ -39,6 +53,7 @@ class StepBatches:
         self.loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate,
                                  num_workers=workers, prefetch_factor=4 if workers else None,
                                  pin_memory=torch.cuda.is_available(),
+                                 worker_init_fn=ignore_stop_signals if workers else None,
                                  generator=torch.Generator().manual_seed(0))
         self._it = iter(self.loader)
 

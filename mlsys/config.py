@@ -354,8 +354,8 @@ class ScheduleConfig(_Strict):
 
     scale: float = Field(default=1.0, gt=0.0)
     """Multiplies every phase's ``steps`` and ``warmup`` (> 0): steps round up (at least 1),
-    warmup to the nearest step (at most the phase's steps). Shortens (0.01) or lengthens a run
-    without editing its phases."""
+    warmup to the nearest step (ties to even; at most the phase's steps). Shortens (0.01) or
+    lengthens a run without editing its phases."""
     span: Literal["phase", "run"] = "phase"
     """``phase``: every phase warms up over its own ``warmup`` and decays (``train.decay``)
     over its own steps; ``run``: one decay over the run's global steps after phase 0's

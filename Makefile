@@ -1,4 +1,4 @@
-# mlsys — two commands for a user: `make demo` and `make test`.
+# mlsys — two commands for a user: `make demo` and `make test` (`make docs`: docs/config.md).
 PY      ?= python3.11
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 export DS_ACCELERATOR ?= cpu
 export DS_BUILD_OPS ?= 0
 
-.PHONY: install demo test test-slurm lint clean
+.PHONY: install demo test test-slurm lint docs clean
 
 install: $(STAMP)
 
@@ -34,6 +34,11 @@ test-slurm: install
 
 demo: install
 	$(BIN)/python -m launch.demo
+
+# The configuration reference, from the field docstrings (tests/test_config_reference.py
+# fails when it is not current).
+docs: install
+	$(BIN)/python -m launch.config_reference
 
 clean:
 	rm -rf runs/demo

@@ -1,83 +1,16 @@
 """Run config: the schema of a training run, loaded from YAML and validated before anything runs.
 
-Schema (every section but ``name``, ``model``, ``data`` and ``phases`` has defaults)::
+A run config has a ``name``, an optional ``run_dir`` and the sections ``model`` (the level-1
+model), ``data``, ``train``, ``vcycle``, ``schedule`` and ``phases``; ``name``, ``model``,
+``data`` and ``phases`` are required, everything else has a default. Every field states its
+contract in the docstring under it (pydantic's ``use_attribute_docstrings``: it becomes the
+field's description); ``docs/config.md`` is the reference generated from them
+(``mlsys.config_reference``, ``make docs``). A small V-cycle::
 
-    name: tiny-bert-vcycle          # the run's name; outputs go to run_dir (default runs/<name>)
-    run_dir: runs/tiny-bert-vcycle
-    model:                          # the level-1 (full size) model
-      family: bert                  # a registered family (mlsys/families/): bert, gpt, vit,
-                                    # deit, llama, qwen2, qwen3, mistral (GQA and the rest via
-                                    # extra: num_key_value_heads, tie_word_embeddings, ...);
-                                    # vision families read image data (extra: image_size,
-                                    # patch_size; seq_length = tokens per image:
-                                    # (image_size/patch_size)^2 + the family's extra tokens)
-      hidden_size: 128
-      num_layers: 4
-      num_heads: 4
-      ffn_size: 512                 # null: 4 x hidden_size
-      max_position: 128             # position table size (>= data.seq_length)
-      vocab_size: null              # null: the tokenizer's vocabulary size
-      dropout: 0.1
-      extra: {}                     # any other Hugging Face config field, passed through;
-                                    # attn_implementation: sdpa (the default: PyTorch's fused
-                                    # scaled_dot_product_attention, flash / memory-efficient
-                                    # kernels on a GPU) | eager (the plain matmul-softmax) |
-                                    # flash_attention_2 (needs the flash-attn package, bf16)
-    data:
-      tokenizer_dir: data/x/tokenizer   # both null: build the default corpus with data_prep
-      data_prefix: data/x/shards/train  # (prepare_dir, prepare_vocab_size)
-      prepare_dir: data/default
-      prepare_vocab_size: 4096
-      prepare_source: stdlib        # stdlib | packages (stdlib + site-packages, data_prep)
-      seq_length: 128
-      split: "98,1,1"
-      cache_dir: null               # megatron index cache (default <run_dir>/data_cache)
-      train_samples: null           # dataset size (default: the run's samples); set it equal
-                                    # across runs of different lengths to share a token order
-    train:
-      seed: 1234
-      micro_batch_size: 8           # per rank
-      global_batch_size: 16         # micro x ranks x gradient accumulation
-      weight_decay: 0.01
-      betas: [0.9, 0.999]
-      eps: 1.0e-8
-      grad_clip: 1.0
-      decay: linear                 # after warmup: linear | cosine | constant | wsd
-      min_lr_ratio: 0.1             # lr at the end of the decay, as a fraction of the peak
-      decay_fraction: 0.2           # wsd: the last fraction of the steps decays, linearly
-      eval_every: 20                # validation every K steps (and at every phase end)
-      eval_batches: 4               # validation set: this many global batches
-      checkpoint_every: 0           # steps; 0: only at transitions, signals and the end
-      keep_checkpoints: 2
-      log_every: 1                  # a step record (mean loss since the last) every K steps,
-                                    # and at evaluations, checkpoints and phase ends
-      data_workers: 1               # processes preparing the next micro-batches (0: inline)
-      export_levels: true           # export every phase's model to levels/phase<p>-level<k>/
-      peak_tflops: null             # one device's peak TFLOP/s for MFU; null: the bf16 dense
-                                    # peak of a known accelerator (mlsys/train/throughput.py),
-                                    # none on a CPU (MFU null)
-      activation_checkpointing: false   # Hugging Face gradient checkpointing on every model
-                                    # (every level, after resume): layer activations are
-                                    # recomputed in backward instead of stored
-      compile: false                # torch.compile every engine's model (engine.compile())
-    vcycle:
-      scheme: stride                # stride | adjacent
-      alpha: 0.8                    # interpolation: (1-alpha) * saved + alpha * de-coalesced
-      width: 2                      # per level: 1 or 2
-      depth: 2
-      length: 1                     # per level: 1, 2 or 4, the length factor k of each
-                                    # coalescing step: level L runs on S / length^(L-1) pooled
-                                    # positions, same weights (mlsys/length.py)
-      depth_mapping: copy           # copy (the paper) | identity (2nd copy an identity block)
-      optimizer: reset              # reset: a fresh optimizer per phase | map: Adam moments
-                                    # carried through the operators (mlsys/optimizer_state.py)
-      noise: 0.0                    # after de-coalescing: relative Gaussian noise per tensor
-    schedule:
-      scale: 1.0                    # multiplies every phase's steps and warmup
-      span: phase                   # phase: every phase warms up and decays on its own;
-                                    # run: one decay over the whole run (see train/schedule.py)
-    phases:                         # level 1 = full size; each transition moves one level;
-                                    # a run starts at level 1 unless vcycle.growth is true
+    name: tiny-bert-vcycle
+    model: {family: bert, hidden_size: 128, num_layers: 4, num_heads: 4, max_position: 128}
+    data: {seq_length: 128}         # no tokenizer_dir / data_prefix: the default corpus
+    phases:                         # level 1 = full size; each transition moves one level
       - {level: 1, steps: 20, lr: 1.0e-3, warmup: 5}
       - {level: 2, steps: 100, lr: 2.0e-3, warmup: 5}
       - {level: 1, steps: 100, lr: 1.0e-3, warmup: 10}
@@ -110,7 +43,8 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # unknown fields are errors; a field's docstring is its description (docs/config.md)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 # Hugging Face attention implementations a run may ask for (model.extra.attn_implementation).
@@ -118,15 +52,62 @@ ATTENTION = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_at
 
 
 class ModelConfig(_Strict):
+    """The level-1 (full-size) model. Its Hugging Face config is built from the fields below
+    (under the names the family declares, ``Family.fields``), then the family's
+    ``config_defaults``, then ``extra`` (``mlsys.models.hf_config``); every level below 1 is
+    derived from it by coalescing (``vcycle``). For the deepest level L the phases reach,
+    ``num_heads``, ``hidden_size`` and the ffn size must be divisible by
+    ``vcycle.width``^(L-1), and ``num_layers`` by ``vcycle.depth``^(L-1)."""
+
     family: str
+    """The model family, a name registered in ``mlsys/families/``: ``bert`` (masked LM),
+    ``gpt`` (GPT-2), ``llama``, ``qwen2``, ``qwen3``, ``mistral`` (causal LMs), ``vit``,
+    ``deit`` (image classification). The family fixes the data kind (``causal``, ``masked`` or
+    ``vision``), the Hugging Face classes and the operator table (see ``Family`` below); an
+    unknown name is refused, listing the known ones."""
     hidden_size: int = Field(gt=0)
+    """The hidden size (model width) of the level-1 model. Must be divisible by ``num_heads``
+    (head_dim = hidden_size / num_heads, which coalescing never changes) and by
+    ``vcycle.width``^(L-1) for the deepest level L."""
     num_layers: int = Field(gt=0)
+    """Transformer layers of the level-1 model; must be divisible by ``vcycle.depth``^(L-1) for
+    the deepest level L (depth coalescing merges pairs of layers)."""
     num_heads: int = Field(gt=0)
+    """Attention (query) heads of the level-1 model; must divide ``hidden_size`` and be
+    divisible by ``vcycle.width``^(L-1) (width coalescing halves whole heads). Grouped-query
+    attention's key/value heads are set in ``extra`` (``num_key_value_heads``); they halve
+    with the query heads, so an odd count where a level halves them is an error."""
     ffn_size: int | None = Field(default=None, gt=0)
+    """Inner size of each feed-forward block. null: 4 × ``hidden_size`` (passed to the Hugging
+    Face config explicitly). Must be divisible by ``vcycle.width``^(L-1) for the deepest
+    level L."""
     max_position: int = Field(default=512, gt=0)
+    """Size of the position table (the family's position limit: ``max_position_embeddings``,
+    GPT-2's ``n_positions``); must be at least ``data.seq_length`` (checked at load; a limit
+    set in ``extra`` under the family's own field name wins, and is checked against the data
+    before training). Also the exported tokenizer's ``model_max_length``. Vision families
+    have no position limit and ignore it (their positions follow ``extra.image_size`` and
+    ``extra.patch_size``)."""
     vocab_size: int | None = Field(default=None, gt=0)
+    """Rows of the token embedding and the LM head; for a vision family the classifier's
+    ``num_labels``. null: the tokenizer's vocabulary size (image data: its number of
+    classes). A value below the tokenizer's vocabulary is a ``ConfigError`` before training;
+    rows above it are never looked up."""
     dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
+    """Dropout probability in [0, 1), set on every config field the family lists in
+    ``Family.dropout_fields`` (e.g. BERT's hidden and attention dropout, GPT-2's
+    ``resid_pdrop``, ``embd_pdrop``, ``attn_pdrop``), at every level; 0 disables them. A
+    field of that name in ``extra`` wins; ``vcycle.dropout`` overrides every dropout module
+    for the first steps after an up-transition."""
     extra: dict[str, Any] = Field(default_factory=dict)
+    """Any other Hugging Face config field, passed through to the family's config class as a
+    keyword argument, last (so it overrides the fields above and ``Family.config_defaults``);
+    e.g. ``num_key_value_heads``, ``tie_word_embeddings``, ``rope_theta``. Vision families
+    need ``image_size`` and ``patch_size`` (integers, ``patch_size`` dividing
+    ``image_size``). ``attn_implementation`` must be ``sdpa`` (PyTorch's fused
+    scaled_dot_product_attention), ``eager`` (plain matmul-softmax), ``flash_attention_2``
+    (needs the flash-attn package and bf16), ``flash_attention_3`` or ``flex_attention``;
+    unset, Hugging Face chooses. ``--set`` may add new keys here (only here)."""
 
     @field_validator("family")
     @classmethod
@@ -157,15 +138,57 @@ class ModelConfig(_Strict):
 
 
 class DataConfig(_Strict):
+    """Where the data comes from and how it is cut into samples. Text families (``causal``,
+    ``masked``) read megatron-core indexed shards made by ``data_prep`` with its tokenizer;
+    vision families read ``data_prep``'s image shards. With ``tokenizer_dir`` and
+    ``data_prefix`` both null the default data is prepared under ``prepare_dir`` (rank 0,
+    idempotently, while the other ranks wait). The data is checked against the config before
+    the run directory is touched (``mlsys.data.checks``)."""
+
     tokenizer_dir: str | None = None
+    """Text: the tokenizer directory written by ``data_prep`` (with its metadata file); give
+    it together with ``data_prefix``, or neither (then the default corpus is prepared). It
+    must exist and be the tokenizer the shards were made with. Vision: must be null (images
+    have no tokenizer)."""
     data_prefix: str | None = None
+    """The shards' path prefix: text, megatron's ``<prefix>.bin`` / ``<prefix>.idx`` with
+    ``data_prep``'s manifest (given with ``tokenizer_dir``, or neither); vision,
+    ``data_prep``'s image shards (null: scikit-learn's digits are prepared at
+    ``model.extra.image_size``). Checked complete before training; a masked LM needs shards
+    made with ``--split-sentences``."""
     prepare_dir: str = "data/default"
+    """Where the default data is prepared when ``tokenizer_dir`` and ``data_prefix`` are null:
+    text under ``<prepare_dir>/<kind>/`` (``packages-<kind>/`` with ``prepare_source:
+    packages``), images under ``<prepare_dir>/images/``. Each step is reused when complete
+    and made from the same inputs, so runs may share it. Unused when the data is given."""
     prepare_vocab_size: int = Field(default=4096, gt=0)
+    """Text, default corpus only: the vocabulary size of the tokenizer trained on it (the
+    model's vocabulary follows it unless ``model.vocab_size`` is set)."""
     prepare_source: Literal["stdlib", "packages"] = "stdlib"
+    """Text, default corpus only: ``stdlib``, the Python standard library's sources (code, for
+    a causal LM) or prose (for a masked LM); ``packages``, the standard library plus the
+    installed site-packages (``data_prep.packages``: a larger corpus, its tokenizer trained on
+    a deterministic sample of it)."""
     seq_length: int = Field(gt=1)
+    """Tokens per sample (> 1). Text: at most ``model.max_position``. Vision: exactly the
+    tokens the model sees per image, (image_size / patch_size)² + the family's
+    ``extra_tokens`` (CLS, DeiT's distillation token). Either way divisible by the deepest
+    level's length factor ``vcycle.length``^(L-1). A step trains on
+    ``train.global_batch_size`` × seq_length tokens (throughput and FLOPs count these)."""
     split: str = "98,1,1"
+    """Relative weights ``train,valid,test`` of the data split (three non-negative numbers;
+    megatron's split string, normalised, so they need not sum to 100). Validation reads the
+    valid split; the test split is never read. A split the run asks samples of that holds no
+    token is a ``ConfigError``."""
     cache_dir: str | None = None
+    """Text: where megatron-core caches the dataset indices it builds (keyed by their inputs);
+    null: ``<run_dir>/data_cache``. Runs on the same data may share one. May change on
+    resume."""
     train_samples: int | None = Field(default=None, gt=0)
+    """Samples the training dataset is built for; null: what the run consumes (its total
+    steps after ``schedule.scale`` × ``train.global_batch_size``), which is also the minimum.
+    The sample order depends on it, so runs of different lengths that set it equal (with the
+    same data and ``train.seed``) read the same token order."""
 
     @model_validator(mode="after")
     def _both_or_neither(self) -> DataConfig:
@@ -179,41 +202,146 @@ class DataConfig(_Strict):
 
 
 class TrainConfig(_Strict):
-    seed: int = 1234
-    micro_batch_size: int = Field(default=8, gt=0)
-    global_batch_size: int = Field(default=16, gt=0)
-    weight_decay: float = Field(default=0.01, ge=0.0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = Field(default=1e-8, gt=0.0)
-    grad_clip: float = Field(default=1.0, ge=0.0)
-    decay: Literal["linear", "cosine", "constant", "wsd"] = "linear"
-    min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
-    decay_fraction: float = Field(default=0.2, gt=0.0, le=1.0)
-    eval_every: int = Field(default=20, gt=0)
-    eval_batches: int = Field(default=4, gt=0)
-    checkpoint_every: int = Field(default=0, ge=0)
-    keep_checkpoints: int = Field(default=2, gt=0)
-    log_every: int = Field(default=1, gt=0)
-    data_workers: int = Field(default=1, ge=0)
-    export_levels: bool = True
-    peak_tflops: float | None = Field(default=None, gt=0.0)
-    activation_checkpointing: bool = False
-    compile: bool = False
+    """Optimisation and bookkeeping, the same for every phase: AdamW at each phase's ``lr``
+    under the schedule ``decay`` gives (``mlsys.train.engine``, ``mlsys.train.schedule``; the
+    DeepSpeed config may not define an optimizer or scheduler, and its batch sizes and
+    clipping come from here, ``mlsys.ds_config``), and how often the run evaluates, logs and
+    checkpoints. Step counts here are global optimizer steps over the whole run."""
 
+    seed: int = 1234
+    """Seeds the level-1 model's initialisation, the data (megatron's sample order; the image
+    datasets' shuffle and augmentation), the dropout masks (seed + 1 + rank) and the noise of
+    each up-transition (seed + phase index)."""
+    micro_batch_size: int = Field(default=8, gt=0)
+    """Samples per rank in one forward/backward pass. ``global_batch_size`` must be a multiple
+    of micro_batch_size × ranks (checked when the DeepSpeed config is resolved); the quotient
+    is the number of gradient accumulation steps."""
+    global_batch_size: int = Field(default=16, gt=0)
+    """Samples per optimizer step over all ranks: micro_batch_size × ranks × gradient
+    accumulation steps (DeepSpeed's ``train_batch_size``; a DeepSpeed config that sets
+    another value is refused). The run consumes total steps × global_batch_size samples."""
+    weight_decay: float = Field(default=0.01, ge=0.0)
+    """AdamW's decoupled weight decay (≥ 0), on parameters with two or more dimensions; biases
+    and norm weights get none."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW's (β1, β2): the decay rates of its first and second moment estimates."""
+    eps: float = Field(default=1e-8, gt=0.0)
+    """AdamW's ε (> 0), added to the root of the second moment."""
+    grad_clip: float = Field(default=1.0, ge=0.0)
+    """Clip the gradients' global L2 norm to this (DeepSpeed's ``gradient_clipping``; a
+    DeepSpeed config that sets another value is refused); 0: no clipping."""
+    decay: Literal["linear", "cosine", "constant", "wsd"] = "linear"
+    """The lr after warmup, as a multiplier of the phase's ``lr``: ``linear`` or ``cosine``
+    down to ``min_lr_ratio`` at the last step, ``constant``, or ``wsd`` (warmup-stable-decay:
+    constant, then linear to ``min_lr_ratio`` over the last ``decay_fraction`` of the steps).
+    Over each phase, or over the whole run with ``schedule.span: run``."""
+    min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
+    """The lr at the end of the decay as a fraction of the peak, in [0, 1] (0: decay to zero);
+    unused by ``decay: constant``."""
+    decay_fraction: float = Field(default=0.2, gt=0.0, le=1.0)
+    """``decay: wsd`` only: the fraction in (0, 1] of the schedule's steps (a phase's, or the
+    run's with ``schedule.span: run``) that decays, at its end (at least one step)."""
+    eval_every: int = Field(default=20, gt=0)
+    """Validation every K global steps, and also at every phase's end and right after every
+    transition. May change on resume."""
+    eval_batches: int = Field(default=4, gt=0)
+    """The validation set, in global batches: the first eval_batches × ``global_batch_size``
+    samples of the valid split, the same samples at every evaluation."""
+    checkpoint_every: int = Field(default=0, ge=0)
+    """A checkpoint every K global steps; 0: none on a schedule. Checkpoints are also written
+    after every transition and on a stop signal (SIGTERM, SIGUSR1, SIGINT). May change on
+    resume."""
+    keep_checkpoints: int = Field(default=2, gt=0)
+    """How many checkpoints are kept (the newest, ≥ 1); older ones are removed only after a
+    new one checks out. May change on resume."""
+    log_every: int = Field(default=1, gt=0)
+    """A step record (the mean loss of the steps since the last one, lr, throughput, memory)
+    every K global steps, and at every evaluation, checkpoint and phase end. A record is the
+    one host sync of its steps, and the ranks agree on a stop signal there, so a signal is
+    honoured within K steps. May change on resume."""
+    data_workers: int = Field(default=1, ge=0)
+    """Loader processes collating the next micro-batches while a step runs; 0: collated in
+    the training process. The data and its order do not depend on it. May change on
+    resume."""
+    export_levels: bool = True
+    """At every transition, export the finished phase's model like ``final/`` (a Hugging Face
+    model with its tokenizer or image processor) to ``levels/phase<p>-level<k>/``; false:
+    only ``final/``. May change on resume."""
+    peak_tflops: float | None = Field(default=None, gt=0.0)
+    """One device's peak TFLOP/s, what the step records' MFU is measured against (reporting
+    only). null: the dense bf16 peak of a known accelerator (``mlsys/train/throughput.py``);
+    on a CPU or an accelerator not in that table MFU is null. May change on resume."""
+    activation_checkpointing: bool = False
+    """Hugging Face gradient checkpointing (non-reentrant) on every model the run trains
+    (every level, and after a resume): layer activations are recomputed in backward instead
+    of stored, trading compute for memory. FLOPs and MFU count the model's FLOPs only."""
+    compile: bool = False
+    """``torch.compile`` every engine's model (DeepSpeed's ``engine.compile()``), at every
+    level and after a resume."""
 
 class VCycleConfig(_Strict):
+    """How the model moves between levels (``mlsys.vcycle.transition``). Level 1 is the full
+    model; each level above it is one coalescing step smaller (``width``, ``depth``,
+    ``length``). A down-transition (level a to a+1) saves the level-a weights and coalesces
+    the model; an up-transition (a to a-1) de-coalesces it, adds ``noise``, and combines it
+    with the weights saved at level a-1 (``interpolation``, ``alpha``) unless the run never
+    trained that level (``growth``)."""
+
     scheme: Literal["stride", "adjacent"] = "stride"
+    """Which units of a space pair up in width coalescing (units: channels, or whole heads):
+    ``stride`` pairs unit i with unit i + n/2, ``adjacent`` pairs 2i with 2i+1. The same
+    pairing maps the weights, the saved model's detail and Adam's moments."""
     alpha: float = Field(default=0.8, ge=0.0, le=1.0)
+    """Interpolation weight of an up-transition, in [0, 1]. ``interpolation: all``: the new
+    model is (1 − alpha) × saved + alpha × de-coalesced (1: the de-coalesced model as it
+    is, 0: the saved one); ``width`` / ``detail``: 1 − alpha of the saved model's detail is
+    added to the de-coalesced model. Unused where no weights were saved (``growth``)."""
     width: Literal[1, 2] = 2
+    """Width factor of each coalescing step: 2 halves the hidden size, the (query and
+    key/value) heads and the ffn size at every level above 1; 1 keeps them. ``width``,
+    ``depth`` and ``length`` may not all be 1 when a phase is above level 1."""
     depth: Literal[1, 2] = 2
+    """Depth factor of each coalescing step: 2 halves the layers at every level above 1
+    (pairs of layers averaged, the pairs chosen by ``scheme``); 1 keeps them."""
     length: Literal[1, 2, 4] = 1
+    """Length factor k of each coalescing step: level L runs on seq_length / k^(L-1) pooled
+    positions with the same weights (token pooling, ``mlsys.length``); 1: no length levels.
+    Above 1 it needs a family with length levels (``Family.length``) and a
+    ``data.seq_length`` divisible by the deepest level's factor."""
     depth_mapping: Literal["copy", "identity"] = "copy"
+    """How de-coalescing in depth fills a pair of layers: ``copy`` (the paper) puts the small
+    layer in both; ``identity`` makes the second an identity block (its residual branches'
+    output projections zero: function-preserving exactly for pre-LN models, approximately
+    for post-LN ones, ``Family.identity_norms``). Coalescing inverts either exactly."""
     optimizer: Literal["reset", "map"] = "reset"
+    """Adam's state across a transition: ``reset``, a fresh optimizer for every phase;
+    ``map``, Adam's moments and step count carried through the same operator as the weights
+    (``mlsys/vcycle/optimizer_state.py``; the new engine is built before the old one is
+    destroyed, so both are in memory for a moment)."""
     noise: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Symmetry breaking after de-coalescing, before the interpolation: each parameter tensor
+    gets Gaussian noise of standard deviation noise × the tensor's RMS (relative, in [0, 1];
+    zero tensors stay zero), seeded by ``train.seed`` + phase index. 0: none."""
     interpolation: Literal["all", "width", "detail"] = "all"
+    """How an up-transition combines the de-coalesced model with the weights saved at that
+    level: ``all`` (the paper), (1 − alpha) × saved + alpha × de-coalesced; ``width``, the
+    de-coalesced model plus 1 − alpha of the saved model's width detail
+    (W_old − T_w F_w W_old); ``detail``, plus 1 − alpha of its width and depth detail
+    (W_old − T F W_old). Detail coalesces to zero, so with ``width`` / ``detail`` the
+    coalesced view of the model stays the small level's model exactly, noise aside
+    (``mlsys/vcycle/symmetry.py``)."""
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """Symmetry breaking: the rate, in [0, 1), of every dropout module during the first
+    ``dropout_steps`` steps of a phase that an up-transition started; then the modules' own
+    rates (``model.dropout``) return. 0: off."""
     dropout_steps: int = Field(default=0, ge=0)
+    """How many steps at the start of a phase after an up-transition run at
+    ``vcycle.dropout``; 0: off."""
     growth: bool = False
+    """Let the first phase start above level 1 (progressive growth): the run starts with a
+    fresh model at ``phases[0].level``, and an up-transition to a level the run never trained
+    uses the de-coalesced model as it is (no saved weights, no interpolation). false: the
+    first phase must be at level 1."""
 
     def length_factor(self, level: int) -> int:
         """k at ``level``: the model runs on S / k pooled positions (``mlsys.length``)."""
@@ -221,26 +349,65 @@ class VCycleConfig(_Strict):
 
 
 class ScheduleConfig(_Strict):
+    """How the phases' step counts and learning-rate schedules combine
+    (``mlsys.train.schedule``)."""
+
     scale: float = Field(default=1.0, gt=0.0)
+    """Multiplies every phase's ``steps`` and ``warmup`` (> 0): steps round up (at least 1),
+    warmup to the nearest step (ties to even; at most the phase's steps). Shortens (0.01) or
+    lengthens a run without editing its phases."""
     span: Literal["phase", "run"] = "phase"
+    """``phase``: every phase warms up over its own ``warmup`` and decays (``train.decay``)
+    over its own steps; ``run``: one decay over the run's global steps after phase 0's
+    warmup, each phase scaling it by its own ``lr`` and re-warming over its own ``warmup``
+    (0: not at all), so a transition neither decays nor re-warms by itself."""
 
 
 class PhaseConfig(_Strict):
+    """One phase: training at one level, on its own engine and learning-rate schedule."""
+
     level: int = Field(ge=1)
+    """The level trained (≥ 1): 1 is the full model, each level above it one coalescing step
+    (``vcycle.width``, ``depth``, ``length``) smaller. It differs from the previous phase's by
+    exactly 1; the first phase is at level 1 unless ``vcycle.growth``."""
     steps: int = Field(gt=0)
+    """Optimizer steps of this phase (> 0), before ``schedule.scale``."""
     lr: float = Field(gt=0.0)
+    """Peak learning rate of this phase (> 0), multiplied by the schedule (warmup, then
+    ``train.decay``)."""
     warmup: int = Field(default=0, ge=0)
+    """Linear warmup steps at the start of this phase (before ``schedule.scale``; the first
+    step runs at lr / warmup); 0: none."""
 
 
 class RunConfig(_Strict):
+    """A whole training run. Besides each field's own checks, the sections are checked
+    against each other at load: the phases' levels (start at 1 unless ``vcycle.growth``, one
+    level per transition), the model's sizes against the deepest level's factors,
+    ``data.seq_length`` against the positions, image tokens and length factor, the family's
+    support for length levels, and ``data.train_samples`` against what the run consumes."""
+
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    """The run's name: letters, digits, ``.``, ``_`` and ``-``, not only dots. Outputs go to
+    ``runs/<name>`` unless ``run_dir`` is set; the validation plot is titled by it. May
+    change on resume."""
     run_dir: str | None = None
+    """The run's output directory (layout: ``mlsys.train.rundir``); null: ``runs/<name>``.
+    Not empty or ``.``. Not compared on resume (a run directory may be moved);
+    ``launch/train.py --run-dir`` overrides it."""
     model: ModelConfig
+    """The level-1 model (required)."""
     data: DataConfig
+    """The data (required: at least ``seq_length``)."""
     train: TrainConfig = TrainConfig()
+    """Optimisation and bookkeeping."""
     vcycle: VCycleConfig = VCycleConfig()
+    """The level transitions."""
     schedule: ScheduleConfig = ScheduleConfig()
+    """Step scaling and the schedules' span."""
     phases: list[PhaseConfig] = Field(min_length=1)
+    """The phases in order (at least one), each ``{level, steps, lr, warmup}``; the run trains
+    them one after the other, with a transition between each two."""
 
     @field_validator("name")
     @classmethod

@@ -22,6 +22,9 @@ config and model classes (by name, resolved lazily), the data kind it trains on 
 ``masked`` or ``vision``), how run-config fields map to config fields, its dropout fields, the
 extra tokens a vision model sees per image, the dimensions its FLOPs formula reads, and the
 submodules a length-coalesced level calls (``Length``, for ``mlsys.length``).
+
+Every field of these dataclasses states its contract in the docstring under it (read by
+``mlsys.config_reference`` for ``docs/config.md``).
 """
 
 from __future__ import annotations
@@ -40,7 +43,13 @@ class Axis:
     """One tensor axis: the spaces it concatenates, and whether it is a summed (input) axis."""
 
     spaces: tuple[str, ...]
+    """The spaces this axis concatenates, in order: one for most axes, several for a fused
+    axis (GPT-2's ``c_attn`` output: qk, qk, v). Spaces in ``WIDTH_SPACES`` are resized by
+    width coalescing, the others are fixed."""
     summed: bool = False
+    """False: an averaged axis (linear outputs, biases, norms, embedding columns: a pair is
+    averaged on coalesce, duplicated on de-coalesce); True: a summed axis (linear inputs: a
+    pair is summed on coalesce, each copy halved on de-coalesce)."""
 
     @property
     def resized(self) -> bool:
@@ -59,96 +68,129 @@ def inp(*spaces: str) -> Axis:
 
 @dataclass(frozen=True)
 class ConfigFields:
-    """Names of the Hugging Face config fields: the four the operators resize, and where the
-    run config's ``max_position`` and ``vocab_size`` go (``positions`` None: the family has no
-    position limit; a classifier's "vocabulary" is its label set, ``num_labels``). Optional:
-    ``kv_heads`` (grouped-query attention; halved with the query heads, so an odd count is a
-    ``ValueError`` naming it) and ``head_dim`` (kept: head_dim never changes)."""
+    """Names of the Hugging Face config fields the run config sets and the operators read
+    and resize; None where the family's config has no such field."""
 
     hidden: str
+    """The hidden size field (the run config's ``model.hidden_size``; resized by width)."""
     heads: str
+    """The attention (query) head count field (``model.num_heads``; halved by width)."""
     ffn: str
+    """The feed-forward inner size field (``model.ffn_size``; halved by width)."""
     layers: str
+    """The layer count field (``model.num_layers``; halved by depth)."""
     vocab: str
+    """Where ``model.vocab_size`` goes: the vocabulary size, or for a classifier its label
+    set (``num_labels``)."""
     positions: str | None = None
-    ffn_default_multiple: int | None = None  # ffn field may be None, meaning multiple × hidden
-    kv_heads: str | None = None  # grouped-query attention: the key/value head count (None in
-    #                              the config: as many as query heads)
-    head_dim: str | None = None  # an explicit head size (None in the config: hidden / heads)
-
+    """Where ``model.max_position`` goes (the position table size, checked against
+    ``data.seq_length``); None: the family has no position limit."""
+    ffn_default_multiple: int | None = None
+    """When the config's ffn field may be None, the multiple of the hidden size it then
+    means (GPT-2's ``n_inner``: 4)."""
+    kv_heads: str | None = None
+    """Grouped-query attention: the key/value head count field (None in a config: as many as
+    the query heads). Halved with the query heads, so an odd count is a ``ValueError`` naming
+    it."""
+    head_dim: str | None = None
+    """An explicit head size field (None in a config: hidden / heads); kept as it is, since
+    head_dim never changes."""
 
 @dataclass(frozen=True)
 class Length:
     """How a level with length factor k > 1 calls a model (``mlsys.length.pooled_forward``):
-    the same tensors, on S/k pooled positions. All are attribute paths of the trained class.
-
-    ``word_embedding``: the token lookup table (its rows are mean-pooled over k tokens).
-    ``backbone``: the transformer under the head (Hugging Face's base model); it is called
-    with ``inputs_embeds`` (the pooled embeddings) and ``position_ids`` 0..S/k-1, so it adds
-    its own positions (learned tables) or rotates by them (RoPE) at the pooled index.
-    ``head``: the module mapping the backbone's hidden states to logits (the LM head; BERT's
-    whole MLM head, transform included). ``pooled_ids``: other per-token inputs the backbone
-    embeds by lookup inside it (BERT's ``token_type_ids``) → that table's path: their
-    embeddings are mean-pooled like the words'."""
+    the same tensors, on S/k pooled positions. Every field is an attribute path in the
+    trained class."""
 
     word_embedding: str
+    """The token lookup table; its rows are mean-pooled over each window of k tokens."""
     backbone: str
+    """The transformer under the head (Hugging Face's base model). It is called with
+    ``inputs_embeds`` (the pooled embeddings) and ``position_ids`` 0..S/k-1, so it adds its
+    own positions (learned tables) or rotates by them (RoPE) at the pooled index."""
     head: str
+    """The module mapping the backbone's hidden states to logits (the LM head; BERT's whole
+    MLM head, transform included)."""
     pooled_ids: dict[str, str] = field(default_factory=dict)
-
+    """Other per-token inputs the backbone embeds by lookup inside it (BERT's
+    ``token_type_ids``) → that table's path: their embeddings are mean-pooled like the
+    words'."""
 
 @dataclass(frozen=True)
 class Family:
-    """A model family as a declaration.
-
-    ``name``: what a run config's ``model.family`` says. ``tasks``: task → Hugging Face model
-    class name; the class a run trains is ``tasks[TRAIN_TASK[kind]]``; every class listed is
-    covered by the operator table. ``config_class``: the Hugging Face config class name.
-    ``kind``: the data it trains on. ``dropout_fields``: config fields set to
-    ``model.dropout``. ``config_defaults``: config fields always passed (before
-    ``model.extra``). ``extra_tokens``: vision only, tokens per image besides the patches.
-    FLOPs (``mlsys.flops``): ``lm_head`` (a ``hidden × vocab`` output projection is counted),
-    ``head_transform`` (one more ``hidden × hidden`` map before it, BERT's MLM transform),
-    ``patch_embedding`` (a ``channels·patch² × hidden`` input projection per token),
-    ``ffn_maps`` (linear maps per layer that read or write the ffn space: 2, or 3 when gated).
-    ``layer_fields``: config fields holding one entry per layer (Qwen2's ``layer_types``):
-    depth coalescing keeps the first half when every entry is equal, else ``ValueError``.
-    ``image_processor``: vision only, the Hugging Face image processor class an export ships.
-    ``length``: the submodules a length-coalesced level calls (``Length``); None: the family
-    has no length levels (``vcycle.length`` must be 1).
-
-    ``globals``: parameter name → axes, for parameters outside the repeated layers.
-    ``layer``: name relative to ``layer_prefix + "{i}."`` → axes.
-    ``residual_out``: layer-relative names of the residual-branch output projections
-    (used by the ``identity`` depth mapping).
-    ``head_norm``: names of the norm right before a tied LM head (scaled ×½ / ×2).
-    ``identity_norms`` (post-LN only): layer norm parameter → the output-norm parameter an
-    identity copy of the layer takes from the real layer before it.
-    """
+    """A model family as a declaration: what the operators, model construction, the data,
+    FLOPs, length levels and export read instead of naming a family. A family is one
+    ``Family`` in ``mlsys/families/<name>.py`` and one entry in ``FAMILIES``; construction
+    checks that ``kind`` is known and ``tasks`` names the class its kind trains."""
 
     name: str
+    """What a run config's ``model.family`` says (unique among the families)."""
     model_type: str
+    """The Hugging Face config's ``model_type``: how a config is mapped back to its family
+    (``family_of_config``), and checked when one config is derived from another."""
     config_class: str
+    """The Hugging Face config class name (looked up in ``transformers`` when used)."""
     tasks: dict[str, str]
+    """Task → Hugging Face model class name. The class a run trains and exports is
+    ``tasks[TRAIN_TASK[kind]]``; every class listed is covered by the operator table (and
+    maps a model instance back to this family, ``family_of``)."""
     kind: Literal["causal", "masked", "vision"]
+    """The data the family trains on: ``causal`` (causal LM on text), ``masked`` (masked LM
+    on sentence-split text) or ``vision`` (image classification)."""
     fields: ConfigFields
+    """Names of the Hugging Face config fields the run config sets and the operators read
+    (``ConfigFields``)."""
     layer_prefix: str
+    """Parameter-name prefix of the repeated layers: layer i's parameters are named
+    ``layer_prefix + "{i}." + name``, with name a key of ``layer``."""
     globals: dict[str, tuple[Axis, ...]]
+    """Parameter name → its axes (one ``Axis`` per tensor dimension), for the parameters
+    outside the repeated layers (a parameter only some configs have, such as an untied LM
+    head, may be listed)."""
     layer: dict[str, tuple[Axis, ...]]
+    """Layer-relative parameter name → its axes, for every parameter of a repeated layer."""
     residual_out: tuple[str, ...] = ()
+    """Layer-relative names of the residual branches' output projections: zero in the
+    identity copy of ``vcycle.depth_mapping: identity``, summed over the pair on coalesce."""
     head_norm: tuple[str, ...] = ()
+    """Names of the norm right before a tied LM head: with tied embeddings and width 2 it is
+    scaled ×½ on de-coalesce (×2 on coalesce), so the tied head's logits are preserved."""
     pre_ln: bool = False
+    """Whether the layers normalise before their branches (pre-LN) rather than after
+    (post-LN). Declarative only: no code reads it; post-LN handling of the identity depth
+    mapping is ``identity_norms``."""
     identity_norms: dict[str, str] = field(default_factory=dict)
+    """Post-LN only: layer norm parameter → the output-norm parameter an identity copy of the
+    layer (``vcycle.depth_mapping: identity``) takes from the real layer before it. Empty:
+    identity copies keep their norms (pre-LN)."""
     dropout_fields: tuple[str, ...] = ()
+    """Hugging Face config fields set to the run config's ``model.dropout``."""
     config_defaults: dict[str, Any] = field(default_factory=dict)
+    """Hugging Face config fields always passed, after the run config's fields and before
+    ``model.extra`` (which overrides them)."""
     extra_tokens: int = 0
+    """Vision only: tokens per image besides the patches (ViT's CLS: 1; DeiT's CLS and
+    distillation tokens: 2). ``data.seq_length`` must be (image_size / patch_size)² plus
+    these."""
     lm_head: bool = True
+    """FLOPs (``mlsys.flops``): whether a hidden × vocab output projection is counted (false
+    for a classifier)."""
     head_transform: bool = False
+    """FLOPs: one more hidden × hidden map before the LM head (BERT's MLM transform)."""
     patch_embedding: bool = False
+    """FLOPs: a channels·patch² × hidden input projection per token (vision)."""
     ffn_maps: int = 2
+    """FLOPs: linear maps per layer that read or write the ffn space: 2, or 3 when gated
+    (SwiGLU)."""
     layer_fields: tuple[str, ...] = ()
+    """Hugging Face config fields holding one entry per layer (Qwen2's ``layer_types``): depth
+    coalescing keeps the first half when every entry is equal, else ``ValueError``."""
     image_processor: str | None = None
+    """Vision only: the Hugging Face image processor class an export ships (resize, rescale,
+    normalise with the data's mean and std)."""
     length: Length | None = None
+    """The submodules a length-coalesced level calls (``Length``); None: the family has no
+    length levels (``vcycle.length`` must be 1)."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

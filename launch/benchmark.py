@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rerun-sources", action="store_true",
                    help="retrain a fork source that has only a committed result (no "
                         "checkpoints here) before its forks, instead of stopping")
+    p.add_argument("--budget", type=int, default=None,
+                   help="take the target at this many level-1 steps instead of the profile's "
+                        "budget (its results page gets the suffix -b<steps>)")
     p.add_argument("--transitions", type=int, default=0,
                    help="instead: cycle a tiny ZeRO-3 model down and up N times")
     p.add_argument("--overhead", action="store_true",
@@ -73,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             benchmark(args.profile, args.family, Path(args.out), ROOT, args.runs, args.scale,
                       args.analyse_only, args.jobs,
-                      Path(args.results) if args.results else None, args.rerun_sources)
+                      Path(args.results) if args.results else None, args.rerun_sources,
+                      budget=args.budget)
     except (ConfigError, RuntimeError) as err:
         print(f"benchmark: {err}", file=sys.stderr)
         return 2

@@ -120,10 +120,15 @@ def training_env(monkeypatch):
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     started = []
+    ENVS.clear()
     real = runner.start_ranks
     monkeypatch.setattr(runner, "start_ranks",
-                        lambda *a, **k: started.append(a[1][1]) or real(*a, **k))
+                        lambda *a, **k: started.append(a[1][1]) or ENVS.append(k["env"])
+                        or real(*a, **k))
     return started
+
+
+ENVS: list[dict[str, str]] = []  # the environment of every run training_env started
 
 
 def test_a_fresh_machine_reruns_nothing_and_analyses_committed_results(
@@ -138,6 +143,12 @@ def test_a_fresh_machine_reruns_nothing_and_analyses_committed_results(
     stored = read_result(folder / "wsd.json.gz")
     assert stored["fork"] == {"from": "stable", "step": 9} and stored["done"]["steps"] == 12
     assert [r["step"] for r in stored["metrics"] if r["event"] == "eval"] == [4, 8, 12]
+    assert all(e["MALLOC_MMAP_MAX_"] == "0" for e in ENVS) and len(ENVS) == 2  # CPU runs
+    page = root / "docs" / "results" / "tiny-gpt.md"  # the results page, beside its plot
+    written = page.read_text()
+    assert "| stable | 1 |" in written and "| wsd | 1 |" in written
+    assert f"`{first['target']}`, {first['target_val_loss']:.4f}" in written
+    assert (root / "docs" / "results" / "tiny-gpt.png").stat().st_size > 0
 
     shutil.rmtree(tmp_path / "runs")  # a fresh machine: nothing under runs/ survives
     started.clear()
@@ -147,6 +158,7 @@ def test_a_fresh_machine_reruns_nothing_and_analyses_committed_results(
     assert again["from_committed"] == ["stable", "wsd"]
     assert again["runs"] == first["runs"] and again["target"] == first["target"]
     assert not (out / "stable").exists() and not (out / "wsd").exists()
+    assert page.read_text() == written  # the same runs, read back: the same page
     only = runner.benchmark("tiny", "gpt", out, root, None, analyse_only=True)
     assert only["runs"] == first["runs"] and started == []
 

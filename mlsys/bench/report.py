@@ -1,5 +1,5 @@
 """The benchmark's report: every finished run against the baseline, as rows for
-``results.json``, a text table, a Markdown table (the README's) and a loss-vs-FLOPs plot."""
+``results.json``, a text table, a Markdown table (the results pages') and a loss-vs-FLOPs plot."""
 
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    """The same figures as a Markdown table (for the README's results section)."""
+    """The same figures as a Markdown table (for the results pages, docs/results/)."""
     def f(x, spec):
         return _fmt(x, spec, "not reached")
 

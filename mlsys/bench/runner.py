@@ -18,6 +18,7 @@ from mlsys.bench.epochs import check_single_epoch
 from mlsys.bench.profile import declared_in, is_variant, load_profile, origin_of, run_configs
 from mlsys.bench.report import compare, markdown, plot, table
 from mlsys.bench.results import RESULTS, compact, read_result, result_path, write_result
+from mlsys.bench.results_doc import command, page_name, write_page
 from mlsys.config import ConfigError, parse_run_config
 from mlsys.data.run_data import prepare_default_data
 from mlsys.dist.spawn import start_ranks, wait_ranks
@@ -25,6 +26,14 @@ from mlsys.train.checkpoint import complete_tags, fork_run, step_of
 from mlsys.train.metrics import read_metrics
 from mlsys.train.rundir import RunDir
 
+# glibc's allocator on a CPU run: a 4-layer model's logits and their gradients (16 x 128 x 4096
+# floats, 32 MiB) are above its largest mmap threshold, so every step mapped and unmapped them
+# and faulted their pages in again (~35,000 minor faults and 0.13-0.18 s of system time a
+# step of cpu-small's GPT-2). Never using mmap and never trimming keeps those pages in the
+# heap: the same step, same arithmetic, 12-17 % less CPU time (docs/performance.md). The
+# processes keep their peak heap (~2.5 GB resident instead of 0.8). Set before the process
+# starts (glibc reads them at start-up); a value already in the environment wins.
+CPU_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
 BOOKKEEPING = ("checkpoint_every", "keep_checkpoints")  # train fields that change no number
 
 
@@ -129,6 +138,8 @@ def start(cfg: dict[str, Any], ds_config: str, ranks: int, out: Path, root: Path
     if log is not None:
         args.append("--no-progress")
     env = dict(os.environ, DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"))
+    if env["DS_ACCELERATOR"] == "cpu":
+        env = {**CPU_MALLOC, **env}
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     stream = open(log, "a") if log is not None else None
@@ -278,13 +289,18 @@ def finished_records(configs: dict[str, dict[str, Any]], results: Results
 
 def benchmark(profile_name: str, family: str, out: Path, root: Path, runs: list[str] | None,
               scale: float = 1.0, analyse_only: bool = False, jobs: int = 1,
-              results_dir: Path | None = None, rerun_sources: bool = False) -> dict[str, Any]:
+              results_dir: Path | None = None, rerun_sources: bool = False,
+              budget: int | None = None, docs_dir: Path | None = None) -> dict[str, Any]:
     """Train the profile's runs for ``family`` (only ``runs`` if given), then analyse every
-    finished one: ``results.json``, ``val_loss_vs_flops.png`` and the tables, printed.
+    finished one: ``results.json``, ``val_loss_vs_flops.png`` and the tables, printed; at
+    full scale also the results page ``<docs_dir>/<profile>-<family>.md`` with its plot
+    (``docs_dir`` default ``<root>/docs/results``; ``mlsys.bench.results_doc``). ``budget``
+    (default the profile's) is the one the target is taken at.
     Committed results (``results_dir``, default ``<root>/bench/results``) stand for runs not
     on this machine: a run with one is not trained again, and the analysis reads it; every
     run finished here gets one (``mlsys.bench.results``)."""
     profile = load_profile(profile_name, root)
+    budget = profile.budget if budget is None else budget
     out.mkdir(parents=True, exist_ok=True)
     configs = run_configs(profile, family, out, scale)
     results = Results(results_dir or root / RESULTS, profile_name, family, root)
@@ -300,11 +316,18 @@ def benchmark(profile_name: str, family: str, out: Path, root: Path, runs: list[
     records = finished_records(configs, results)
     configs = {n: c for n, c in configs.items() if n in records}
     result = {"family": family, "profile": profile_name, "ranks": profile.ranks,
-              "ds_config": profile.ds_config,
+              "ds_config": profile.ds_config, "budget": budget,
               "from_committed": sorted(n for n in configs if not done_here(configs[n])),
-              **compare(configs, profile.window, profile.budget, records)}
+              **compare(configs, profile.window, budget, records)}
     write_json(out / "results.json", result)
     plot(configs, result, out / "val_loss_vs_flops.png", f"{profile_name} / {family}", records)
+    if scale == 1.0:
+        name = page_name(profile_name, family, budget, profile.budget)
+        folder = docs_dir or root / "docs" / "results"
+        page = write_page(folder, name, result,
+                          command(profile_name, family, budget, profile.budget))
+        plot(configs, result, folder / f"{name}.png", f"{profile_name} / {family}", records)
+        print(f"wrote {page}")
     print(table(result["runs"]))
     print(markdown(result["runs"]))
     print(f"target: {result['target']} ({result['target_val_loss']:.4f})"

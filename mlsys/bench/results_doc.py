@@ -1,0 +1,73 @@
+"""The benchmark's results page: ``docs/results/<profile>-<family>.md`` beside its plot,
+written by the benchmark at the end of every full-scale analysis and never edited by hand.
+The page is a pure function of the analysis (no dates, no paths of this machine), so running
+the analysis again on the same runs writes the same bytes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mlsys.atomic import write_text
+from mlsys.bench.report import markdown
+
+GENERATED = "<!-- Written by the benchmark (mlsys/bench/results_doc.py). Do not edit: run {cmd} -->"
+
+
+def page_name(profile: str, family: str, budget: int | None, profile_budget: int | None) -> str:
+    """``<profile>-<family>``, with ``-b<budget>`` when the analysis is at another budget than
+    the profile's own."""
+    base = f"{profile}-{family}"
+    return base if budget == profile_budget else f"{base}-b{budget}"
+
+
+def command(profile: str, family: str, budget: int | None, profile_budget: int | None) -> str:
+    """The command that regenerates the page from the finished and committed runs."""
+    cmd = f"python -m launch.benchmark --profile {profile} --family {family} --analyse-only"
+    if budget != profile_budget:
+        cmd += f" --budget {budget}"
+    return f"`{cmd} --out runs/bench/{profile}-{family}`"
+
+
+def render(result: dict[str, Any], png_name: str, cmd: str) -> str:
+    """The page: what was compared, the target, the table of every run, the frontier, the
+    plot."""
+    runs = result["runs"]
+    cycles = [r for r in runs if r["levels"] > 1]
+    lines = [GENERATED.format(cmd=cmd), "",
+             f"# Benchmark: profile `{result['profile']}`, family `{result['family']}`", "",
+             f"Profile `configs/bench/{result['profile']}.yaml`; {result['ranks']} rank(s), "
+             f"`{result['ds_config']}`. Budget: {_budget(result)}. FLOPs are training FLOPs "
+             "(`mlsys/flops.py`); wall-clock time is left out (the runs shared their cores).",
+             "",
+             f"**Target** (the best baseline of the budget, smoothed final validation loss): "
+             f"`{result['target']}`, {result['target_val_loss']:.4f}."]
+    if result.get("grid_edge"):
+        lines.append(f"**Warning**: {result['grid_edge']}: the grid does not bracket the "
+                     "target's lr, so the target may not be the best baseline.")
+    lines += ["", f"{len(runs)} finished runs: {len(runs) - len(cycles)} baselines, "
+              f"{len(cycles)} V-cycles (their records: "
+              f"`bench/results/{result['profile']}/{result['family']}/`).",
+              "", "Saved (a): the FLOPs to reach the target against the target baseline's own "
+              "FLOPs to it. Saved (b): `1 − FLOPs / frontier FLOPs`, the frontier being the "
+              "lower envelope of every baseline's (FLOPs, smoothed final loss); "
+              "[docs/benchmark.md](../benchmark.md) defines both.", "",
+              markdown(runs), "", "## The baseline frontier", "",
+              "| FLOPs | smoothed final val loss |", "|---|---|"]
+    lines += [f"| {f:.4g} | {v:.4f} |" for f, v in result["frontier"]]
+    lines += ["", f"![{result['profile']} / {result['family']}: every run against the "
+              f"baseline frontier]({png_name})", ""]
+    return "\n".join(lines)
+
+
+def _budget(result: dict[str, Any]) -> str:
+    budget = result.get("budget")
+    return "the most FLOPs of any baseline" if budget is None else f"{budget} level-1 steps"
+
+
+def write_page(folder: Path, name: str, result: dict[str, Any], cmd: str) -> Path:
+    """Write ``<folder>/<name>.md`` (the plot is ``<name>.png``, written by the caller)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.md"
+    write_text(path, render(result, f"{name}.png", cmd))
+    return path

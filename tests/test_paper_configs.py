@@ -61,7 +61,7 @@ SHIPPED_VCYCLES = {"tiny-gpt-vcycle": WIDTH_DETAIL, "gpt-base": WIDTH_DETAIL,
 
 @pytest.mark.parametrize("name", sorted(SHIPPED_VCYCLES))
 def test_shipped_vcycles_use_the_measured_best_transition(name):
-    """README, "Up-transition ablation": on cpu-small, GPT-2 saved the most FLOPs with
+    """docs/results/cpu-small-ablation.md: on cpu-small, GPT-2 saved the most FLOPs with
     identity blocks + all of the saved model's width detail + a fresh optimizer; BERT with the
     paper's copy, a fresh optimizer and α 0.5; against tuned baselines tiny ViT and tiny BERT
     depth only ("Tuned comparison, ViT / BERT"). DeiT and the paper-scale BERT configs keep
@@ -74,7 +74,7 @@ def test_shipped_vcycles_use_the_measured_best_transition(name):
 
 @pytest.mark.parametrize("name", ["tiny-vit-vcycle", "tiny-bert-vcycle"])
 def test_tiny_vit_and_bert_cycle_depth_only_at_one_lr(name):
-    """README, "Tuned comparison, ViT / BERT": stacking layers (width kept) saved the most on
+    """docs/results/cpu-small-vit.md and cpu-small-bert.md: stacking layers (width kept) saved the most on
     cpu-small ViT and BERT, every phase at one lr, the V-cycle's best (the width does not
     change, so neither does the lr)."""
     cfg = load_run_config(ROOT / f"configs/{name}.yaml")
@@ -85,7 +85,7 @@ def test_tiny_vit_and_bert_cycle_depth_only_at_one_lr(name):
 @pytest.mark.parametrize("name", ["tiny-gpt-vcycle", "gpt-base", "tiny-llama-vcycle", "llama-1b",
                                   "tiny-vit-vcycle", "tiny-bert-vcycle"])
 def test_shipped_vcycles_use_one_wsd_schedule_over_the_run(name):
-    """README, "Tuned comparison": on cpu-small one WSD schedule spanning the whole V-cycle
+    """docs/results/cpu-small-gpt.md: on cpu-small one WSD schedule spanning the whole V-cycle
     (no decay before a transition, no re-warm after it beyond the fresh Adam's warmup) beat
     per-phase linear and per-phase WSD schedules."""
     cfg = load_run_config(ROOT / f"configs/{name}.yaml")

@@ -186,7 +186,7 @@ def test_activation_checkpointing_through_transitions_and_resume(
 
 
 def test_the_memory_bench_measures_a_variant() -> None:
-    """mlsys.bench.switches on a tiny config (the README's figures are its output on
+    """mlsys.bench.switches on a tiny config (docs/performance.md's figures are its output on
     configs/llama-1b.yaml): one variant's record, in this process."""
     from mlsys.bench.switches import measure
 

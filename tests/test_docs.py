@@ -19,8 +19,8 @@ FILES = ("Makefile", "pyproject.toml", "README.md")
 CODE = re.compile(r"`([^`\n]+)`")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
-PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./{},*<>-]*|%s)(?![\w/])"
-                  % ("|".join(re.escape(t) for t in TOP), "|".join(re.escape(f) for f in FILES)))
+_TOPS, _FILES = "|".join(re.escape(t) for t in TOP), "|".join(re.escape(f) for f in FILES)
+PATH = re.compile(rf"(?<![\w./-])((?:{_TOPS})/[\w./{{}},*<>-]*|{_FILES})(?![\w/])")
 DOTTED = re.compile(r"(?<![\w./-])((?:mlsys|data_prep|launch)(?:\.\w+)+)")
 
 
@@ -62,8 +62,9 @@ def _resolves(dotted: str) -> bool:
             if not rest:
                 return True
             src = module.read_text()
-            return re.search(rf"^(?:class|def)\s+{rest[0]}\b|^{rest[0]}\b\s*[:=]|"
-                             rf"^\s+{rest[0]}\b\s*[:=]|import .*\b{rest[0]}\b", src, re.M) is not None
+            name = rest[0]
+            return re.search(rf"^(?:class|def)\s+{name}\b|^\s*{name}\b\s*[:=]|"
+                             rf"import .*\b{name}\b", src, re.M) is not None
     return False
 
 

@@ -74,9 +74,9 @@ def test_shipped_vcycles_use_the_measured_best_transition(name):
 
 @pytest.mark.parametrize("name", ["tiny-vit-vcycle", "tiny-bert-vcycle"])
 def test_tiny_vit_and_bert_cycle_depth_only_at_one_lr(name):
-    """docs/results/cpu-small-vit.md and cpu-small-bert.md: stacking layers (width kept) saved the most on
-    cpu-small ViT and BERT, every phase at one lr, the V-cycle's best (the width does not
-    change, so neither does the lr)."""
+    """docs/results/cpu-small-vit.md and cpu-small-bert.md: stacking layers (width kept)
+    saved the most on cpu-small ViT and BERT, every phase at one lr, the V-cycle's best (the
+    width does not change, so neither does the lr)."""
     cfg = load_run_config(ROOT / f"configs/{name}.yaml")
     assert (cfg.vcycle.width, cfg.vcycle.depth) == (1, 2)
     assert len({p.lr for p in cfg.phases}) == 1

@@ -17,12 +17,13 @@ from typing import Any
 import transformers
 
 from data_prep.default import prepare_default
-from data_prep.images import check_images_complete, prepare_default_images
-from data_prep.tokenizer import OWNED_FILES as TOKENIZER_FILES
+from data_prep.images import prepare_default_images
 from mlsys.config import ConfigError, RunConfig
 from mlsys.data.checks import check_text_data
 from mlsys.data.hf_tokenizer import save_hf_tokenizer
+from mlsys.data.image_shards import check_images_complete
 from mlsys.data.megatron import build_datasets, collate_hf, load_tokenizer
+from mlsys.data.tokenizer_meta import OWNED_FILES as TOKENIZER_FILES
 from mlsys.data.vision import build_image_datasets, collate_images
 from mlsys.dist.process import barrier, from_main, rank
 from mlsys.families import get_family

@@ -77,6 +77,12 @@ def _imported_modules(path: Path) -> set[str]:
     return names
 
 
+@pytest.mark.parametrize("path", _modules("mlsys"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_mlsys_never_imports_data_prep(path: Path):
+    names = _imported_modules(path)
+    assert not [n for n in names if n.split(".")[0] == "data_prep"], path
+
+
 def test_data_prep_imports_only_the_format_modules_of_mlsys():
     for path in _modules("data_prep"):
         used = {n for n in _imported_modules(path) if n.split(".")[0] == "mlsys"}

@@ -14,7 +14,7 @@ from mlsys.families import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
 # Lower first. A module may import its own unit and the units of lower ranks, never higher.
-RANK = {"atomic": 0, "dist": 1, "families": 1, "config": 2, "ds_config": 3, "operators": 3,
+RANK = {"atomic": 0, "distributed": 1, "families": 1, "config": 2, "ds_config": 3, "operators": 3,
         "models": 4, "flops": 4, "length": 4, "data": 5, "vcycle": 6, "train": 7, "bench": 8}
 
 

@@ -94,10 +94,10 @@ def test_damaged_newest_checkpoint_resumes_from_the_one_before(gpt_data, tmp_pat
 
 @pytest.mark.slow
 def test_killed_rank_ends_the_job_in_bounded_time_then_resumes(gpt_data, tmp_path):
-    """SIGKILL one of 2 ranks mid-run: the launcher (mlsys.dist.spawn) returns non-zero
+    """SIGKILL one of 2 ranks mid-run: the launcher (mlsys.distributed.spawn) returns non-zero
     within GRACE_SECONDS (SIGTERM to the others, SIGKILL 10 s later) plus its 0.5 s poll; the
     same command then resumes from the newest checkpoint with no step logged twice."""
-    from mlsys.dist.spawn import GRACE_SECONDS, wait_ranks
+    from mlsys.distributed.spawn import GRACE_SECONDS, wait_ranks
 
     config = _config(gpt_data, tmp_path, "run", checkpoint_every=4)
     procs = start(config, "zero1.json", nproc=2, log=tmp_path / "first.log")

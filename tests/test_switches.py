@@ -27,7 +27,7 @@ def one_rank_group():
 
     import deepspeed
 
-    from mlsys.dist.spawn import free_port
+    from mlsys.distributed.spawn import free_port
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0",
                       WORLD_SIZE="1", LOCAL_RANK="0")

@@ -20,7 +20,7 @@ import yaml
 
 from mlsys.atomic import write_json, write_text
 from mlsys.bench.profile import load_profile
-from mlsys.dist.spawn import run_ranks
+from mlsys.distributed.spawn import run_ranks
 from mlsys.train.metrics import read_metrics
 from mlsys.train.rundir import RunDir
 

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     from mlsys.config import load_run_config
     from mlsys.data.run_data import build_run_data
     from mlsys.data.stream import batches, micro_indices
-    from mlsys.dist.process import rank, world_size
+    from mlsys.distributed.process import rank, world_size
     from mlsys.ds_config import load_ds_config, resolve_ds_config
     from mlsys.models import build_model, hf_config, level_config
     from mlsys.train.engine import build_engine

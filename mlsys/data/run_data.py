@@ -24,7 +24,7 @@ from mlsys.data.megatron import build_datasets, collate_hf, load_tokenizer
 from mlsys.data.prepare import prepare
 from mlsys.data.tokenizer_meta import OWNED_FILES as TOKENIZER_FILES
 from mlsys.data.vision import build_image_datasets, collate_images
-from mlsys.dist.process import barrier, from_main, rank
+from mlsys.distributed.process import barrier, from_main, rank
 from mlsys.families import get_family
 
 

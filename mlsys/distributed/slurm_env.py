@@ -5,8 +5,8 @@ rank is ``SLURM_PROCID``, its local rank ``SLURM_LOCALID``, the world size ``SLU
 and the master is the first host of the step's node list (where ``srun`` puts task 0).
 
 ``slurm_dist_env`` is pure: it reads a mapping and returns the variables to export.
-``python -m mlsys.dist.slurm_env CMD ...`` (run by ``srun`` in launch/slurm/*.sbatch) exports them
-and execs ``CMD``; without ``CMD`` it prints ``export`` lines.
+``python -m mlsys.distributed.slurm_env CMD ...`` (run by ``srun`` in launch/slurm/*.sbatch)
+exports them and execs ``CMD``; without ``CMD`` it prints ``export`` lines.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def scontrol_hostnames(hostlist: str) -> list[str] | None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m mlsys.dist.slurm_env [--] CMD ARGS...``: export the mapping, exec CMD."""
+    """``python -m mlsys.distributed.slurm_env [--] CMD ARGS...``: export the mapping, exec CMD."""
     if argv[:1] == ["--"]:
         argv = argv[1:]
     hosts = None if os.environ.get("MASTER_ADDR") else scontrol_hostnames(nodelist(os.environ))
@@ -151,5 +151,5 @@ if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv[1:]))
     except ValueError as err:
-        print(f"mlsys.dist.slurm_env: {err}", file=sys.stderr)
+        print(f"mlsys.distributed.slurm_env: {err}", file=sys.stderr)
         sys.exit(2)

@@ -126,6 +126,25 @@ def test_no_module_outside_families_names_a_family(path: Path):
     assert not named, f"{path} names {sorted(named)}: look the family up in mlsys.families"
 
 
+def _has_main_block(tree: ast.Module) -> bool:
+    """A top-level ``if __name__ == "__main__":``."""
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare):
+            sides = [node.test.left, *node.test.comparators]
+            if {ast.unparse(s) for s in sides} >= {"__name__"} and any(
+                    isinstance(s, ast.Constant) and s.value == "__main__" for s in sides):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("path", _modules("mlsys"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_entry_point_in_the_library(path: Path):
+    """Commands live in ``launch/`` (and ``python -m data_prep``); mlsys only holds library
+    code: no ``__main__`` module, no ``if __name__ == "__main__"`` block."""
+    assert path.name != "__main__.py", path
+    assert not _has_main_block(ast.parse(path.read_text())), f"{path}: move the CLI to launch/"
+
+
 def test_launch_holds_only_entry_points():
     for path in _modules("launch"):
         tree = ast.parse(path.read_text())

@@ -23,10 +23,15 @@ def _corpus(a: argparse.Namespace) -> dict:
 def _prepare(a: argparse.Namespace) -> dict:
     import time
 
-    from data_prep.default import prepare_default
-
     t0 = time.perf_counter()
-    out = prepare_default(a.out, a.kind, a.vocab_size, a.workers, a.source)
+    if a.kind == "vision":
+        from data_prep.images import prepare_default_images
+
+        out = prepare_default_images(a.out, a.image_size)
+    else:
+        from data_prep.default import prepare_default
+
+        out = prepare_default(a.out, a.kind, a.vocab_size, a.workers, a.source)
     return {**out, "seconds": round(time.perf_counter() - t0, 1)}
 
 
@@ -75,12 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--limit", type=int, default=None, help="first N modules only (tests)")
     c.set_defaults(fn=_corpus)
 
-    pr = sub.add_parser("prepare", help="corpus -> tokenizer -> shards, as a run prepares them")
+    pr = sub.add_parser("prepare", help="corpus -> tokenizer -> shards, as a run prepares them "
+                        "(vision: the digits image shards); prints the paths as JSON")
     pr.add_argument("--out", default="data/default", help="a run's data.prepare_dir")
-    pr.add_argument("--kind", choices=["causal", "masked"], required=True)
+    pr.add_argument("--kind", choices=["causal", "masked", "vision"], required=True)
     pr.add_argument("--source", choices=["stdlib", "packages"], default="stdlib")
     pr.add_argument("--vocab-size", type=int, default=4096)
     pr.add_argument("--workers", type=int, default=2, help="tokenizer processes")
+    pr.add_argument("--image-size", type=int, default=32, help="vision: square side")
     pr.set_defaults(fn=_prepare)
 
     t = sub.add_parser("tokenizer", help="train a sentencepiece tokenizer")

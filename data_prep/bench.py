@@ -16,8 +16,8 @@ import sys
 import time
 
 from data_prep.default import KIND_TO_CORPUS, prepare_default
-from data_prep.indexed import write_json_atomic
-from data_prep.tokenizer import sha256_file
+from mlsys.atomic import atomic_path
+from mlsys.data.manifest import sha256_file, write_manifest
 
 
 def _run_shards(args: list[str]) -> tuple[float, float]:
@@ -52,11 +52,10 @@ def run_bench(out_dir: str, kind: str = "causal", vocab_size: int = 4096, scale:
     if scale > 1:
         big = os.path.join(out_dir, f"bench_x{scale}.jsonl")
         if not os.path.exists(big):
-            with open(big + ".tmp", "wb") as out:
+            with atomic_path(big) as tmp, open(tmp, "wb") as out:
                 for _ in range(scale):
                     with open(corpus, "rb") as f:
                         out.write(f.read())
-            os.replace(big + ".tmp", big)
         inputs[scale] = [big]
     # the throughput pair runs on the big input (process start-up amortised); the last run,
     # on the corpus once, shows memory does not grow with input size
@@ -82,5 +81,5 @@ def run_bench(out_dir: str, kind: str = "causal", vocab_size: int = 4096, scale:
           f"peak RSS {result['peak_rss_mb']:.0f} MB")
     if json_path:
         os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
-        write_json_atomic(json_path, result)
+        write_manifest(json_path, result)
     return result

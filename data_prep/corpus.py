@@ -22,7 +22,7 @@ import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
-from data_prep.stale import remove_stale_temps, temp_name
+from mlsys.atomic import atomic_path, remove_stale_temps
 
 KINDS = ("prose", "code")
 _RULE = re.compile(r"^[\W_]*$")
@@ -124,7 +124,8 @@ def corpus_path(out_dir: str, kind: str, source: str = "stdlib") -> str:
 
 def write_corpus(out_dir: str, kind: str = "prose", limit: int | None = None,
                  source: str = "stdlib") -> dict:
-    """Write ``out_dir/<source>_<kind>.jsonl`` (temporary name, renamed when complete).
+    """Write ``out_dir/<source>_<kind>.jsonl`` atomically (``mlsys.atomic``: a temp name,
+    fsync'd and renamed when complete).
 
     ``source``: "stdlib" (this module) or "packages" (:mod:`data_prep.packages`: the standard
     library plus site-packages). Returns the documents, characters and the file's sha256.
@@ -140,22 +141,15 @@ def write_corpus(out_dir: str, kind: str = "prose", limit: int | None = None,
         extra["skipped"] = stats
     else:
         docs_iter, extra = iter_corpus(kind, limit), {"stdlib": str(stdlib_root())}
-    tmp = temp_name(path)
     docs = chars = 0
     digest = hashlib.sha256()
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for doc in docs_iter:
-                line = json.dumps(doc, ensure_ascii=False) + "\n"
-                f.write(line)
-                digest.update(line.encode("utf-8"))
-                docs += 1
-                chars += len(doc["text"])
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for doc in docs_iter:
+            line = json.dumps(doc, ensure_ascii=False) + "\n"
+            f.write(line)
+            digest.update(line.encode("utf-8"))
+            docs += 1
+            chars += len(doc["text"])
     return {"path": path, "kind": kind, "source": source, "documents": docs, "chars": chars,
             "sha256": digest.hexdigest(), "python": sys.version.split()[0], **extra,
             "limit": limit}

@@ -20,10 +20,12 @@ import os
 import sys
 
 from data_prep.corpus import corpus_path, write_corpus
-from data_prep.indexed import IncompleteDataset, check_complete, write_json_atomic
 from data_prep.shards import build_shards
-from data_prep.stale import temp_name
-from data_prep.tokenizer import META_FILE, MODEL_FILE, sha256_file, train_tokenizer
+from data_prep.tokenizer import train_tokenizer
+from mlsys.atomic import atomic_path
+from mlsys.data.indexed import IncompleteDataset, check_complete
+from mlsys.data.manifest import sha256_file, write_manifest
+from mlsys.data.tokenizer_meta import MODEL_FILE, meta_path, write_meta
 
 KIND_TO_CORPUS = {"causal": "code", "masked": "prose"}
 TOKENIZER_SAMPLE_CHARS = 24_000_000
@@ -40,14 +42,13 @@ def _read_json(path: str) -> dict | None:
 def _write_sample(corpus: str, chars: int, out: str) -> dict:
     """Every k-th line (document) of ``corpus`` into ``out``: about TOKENIZER_SAMPLE_CHARS."""
     every = max(1, math.ceil(chars / TOKENIZER_SAMPLE_CHARS))
-    tmp = temp_name(out)
     n = 0
-    with open(corpus, encoding="utf-8") as src, open(tmp, "w", encoding="utf-8") as dst:
+    with (open(corpus, encoding="utf-8") as src, atomic_path(out) as tmp,
+          open(tmp, "w", encoding="utf-8") as dst):
         for i, line in enumerate(src):
             if i % every == 0:
                 dst.write(line)
                 n += 1
-    os.replace(tmp, out)
     return {"every": every, "documents": n}
 
 
@@ -79,10 +80,10 @@ def prepare_default(out_dir: str, kind: str, vocab_size: int = 4096, workers: in
     corpus_meta = _read_json(corpus_meta_path)
     if not _corpus_current(corpus_meta, corpus, source):
         corpus_meta = write_corpus(base, corpus_kind, source=source)
-        write_json_atomic(corpus_meta_path, corpus_meta)
+        write_manifest(corpus_meta_path, corpus_meta)
 
     tok_dir = os.path.join(base, "tokenizer")
-    tok_meta = _read_json(os.path.join(tok_dir, META_FILE))
+    tok_meta = _read_json(meta_path(tok_dir))
     want = {"vocab_size_requested": vocab_size, "corpus_sha256": corpus_meta["sha256"]}
     if source != "stdlib":
         want["sample_chars"] = TOKENIZER_SAMPLE_CHARS
@@ -93,7 +94,7 @@ def prepare_default(out_dir: str, kind: str, vocab_size: int = 4096, workers: in
             want["sample"] = _write_sample(corpus, corpus_meta["chars"], train_on)
         tok_meta = train_tokenizer([train_on], vocab_size, tok_dir, model_type="bpe")
         tok_meta.update(want)
-        write_json_atomic(os.path.join(tok_dir, META_FILE), tok_meta)
+        write_meta(tok_dir, tok_meta)
 
     prefix = os.path.join(base, "shards")
     try:

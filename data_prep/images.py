@@ -6,12 +6,12 @@ Face ``datasets`` writes it) and a label column (integers, or strings mapped to 
 order). Every image is converted to RGB, its shorter side resized to ``image_size`` (bicubic)
 and centre-cropped to ``image_size`` × ``image_size``.
 
-Layout of ``PREFIX``: ``PREFIX-00000.images.npy`` (uint8, N×S×S×3), ``PREFIX-00000.labels.npy``
-(int64, N), … and ``PREFIX.manifest.json`` (shard list and sizes, class names, image size, the
-per-channel mean/std of the data in [0, 1], whether horizontal flips keep the label). Shards are
-written as ``.tmp-<host>-<pid>`` files and renamed; the manifest is written last, so a prefix is
-complete exactly when :func:`check_images_complete` accepts it. Undecodable images and bad labels
-are problems (file and row/path named): skipped and reported, or fatal under ``strict``.
+Layout of ``PREFIX``: ``mlsys.data.image_shards`` (``PREFIX-00000.images.npy``,
+``PREFIX-00000.labels.npy``, … and ``PREFIX.manifest.json``). Shards are written through
+``mlsys.atomic`` (temp name, fsync, rename); the manifest is written last, so a prefix is
+complete exactly when ``mlsys.data.image_shards.check_images_complete`` accepts it.
+Undecodable images and bad labels are problems (file and row/path named): skipped and
+reported, or fatal under ``strict``.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from data_prep.indexed import IncompleteDataset, manifest_path, write_json_atomic
 from data_prep.inputs import Problem, ProblemLog
-from data_prep.stale import remove_stale_temps, temp_name
+from mlsys.atomic import atomic_path, remove_stale_temps
+from mlsys.data.image_shards import FORMAT, check_images_complete, shard_stem
+from mlsys.data.manifest import IncompleteDataset, manifest_path, write_manifest
 
-FORMAT = "mlsys-images-1"
 Items = Iterator[tuple[np.ndarray, int] | Problem]
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 SHARD_SIZE = 8192
@@ -156,12 +156,10 @@ def write_image_shards(items: Items, out_prefix: str, classes: list[str], size: 
     def flush() -> None:
         nonlocal fill
         if fill:
-            stem = f"{out_prefix}-{len(shards):05d}"
+            stem = shard_stem(out_prefix, len(shards))
             for ext, arr in ((".images.npy", buf[:fill]), (".labels.npy", labels[:fill])):
-                tmp = temp_name(f"{stem}{ext}")
-                with open(tmp, "wb") as f:
+                with atomic_path(stem + ext) as tmp, open(tmp, "wb") as f:
                     np.save(f, arr)
-                os.replace(tmp, stem + ext)
             shards.append({"images": os.path.basename(stem) + ".images.npy",
                            "labels": os.path.basename(stem) + ".labels.npy", "count": fill})
             fill = 0
@@ -195,26 +193,7 @@ def write_image_shards(items: Items, out_prefix: str, classes: list[str], size: 
                 "num_classes": max(len(classes), max_label + 1), "classes": classes,
                 "mean": mean.round(6).tolist(), "std": std.round(6).tolist(), "hflip": hflip,
                 "shards": shards, "source": source, "problems": log.to_dict()}
-    write_json_atomic(manifest_path(out_prefix), manifest)
-    return manifest
-
-
-def check_images_complete(prefix: str) -> dict:
-    """The manifest of a complete image dataset; IncompleteDataset if files are missing."""
-    import json
-
-    try:
-        with open(manifest_path(prefix), encoding="utf-8") as f:
-            manifest = json.load(f)
-    except (OSError, ValueError) as e:
-        raise IncompleteDataset(f"{prefix}: no image dataset manifest ({e})") from None
-    if manifest.get("format") != FORMAT:
-        raise IncompleteDataset(f"{manifest_path(prefix)}: format is not {FORMAT!r}")
-    base = os.path.dirname(prefix)
-    for shard in manifest["shards"]:
-        for key in ("images", "labels"):
-            if not os.path.exists(os.path.join(base, shard[key])):
-                raise IncompleteDataset(f"{prefix}: shard file {shard[key]} is missing")
+    write_manifest(manifest_path(out_prefix), manifest)
     return manifest
 
 

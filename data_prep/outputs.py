@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 
+from mlsys.data.manifest import FORMAT_FAMILY
+
 
 class OutputExists(ValueError):
     """An output name is taken (by data_prep's own earlier output, or by something else)."""
@@ -31,7 +33,7 @@ def check_tokenizer_out(out_dir: str, owned: tuple[str, ...], meta_file: str,
     taken = [n for n in owned if os.path.lexists(os.path.join(out_dir, n))]
     if not taken:
         return
-    ours = (_format_of(os.path.join(out_dir, meta_file)) or "").startswith("mlsys-")
+    ours = (_format_of(os.path.join(out_dir, meta_file)) or "").startswith(FORMAT_FAMILY)
     if not ours:
         raise OutputExists(f"{out_dir}: holds {', '.join(taken)} not written by data_prep "
                            "(no tokenizer_meta.json of its format); refusing to overwrite. "
@@ -46,7 +48,7 @@ def check_shards_out(prefix: str, manifest: str, overwrite: bool) -> None:
     taken = [p for p in (f"{prefix}.bin", f"{prefix}.idx", manifest) if os.path.lexists(p)]
     if not taken:
         return
-    if not (_format_of(manifest) or "").startswith("mlsys-"):
+    if not (_format_of(manifest) or "").startswith(FORMAT_FAMILY):
         raise OutputExists(f"{', '.join(taken)}: not written by data_prep (no manifest of its "
                            "format); refusing to overwrite. Choose another --out")
     if not overwrite:

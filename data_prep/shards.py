@@ -12,7 +12,6 @@ their boundaries in the index. ``append_eod`` ends each document with the eod id
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 from collections import deque
@@ -21,7 +20,6 @@ from itertools import chain
 
 import numpy as np
 
-from data_prep.indexed import IndexedWriter, manifest_path, token_dtype
 from data_prep.inputs import (
     Problem,
     ProblemLog,
@@ -32,7 +30,10 @@ from data_prep.inputs import (
 )
 from data_prep.outputs import check_shards_out
 from data_prep.sentences import split_sentences
-from data_prep.tokenizer import META_FILE, MODEL_FILE, sha256_file
+from mlsys.data.indexed import FORMAT, token_dtype
+from mlsys.data.indexed_writer import IndexedWriter
+from mlsys.data.manifest import manifest_path, sha256_file
+from mlsys.data.tokenizer_meta import MODEL_FILE, read_meta
 
 CHUNK_DOCS = 64
 CHUNK_BYTES = 1 << 20
@@ -110,8 +111,7 @@ def build_shards(inputs: list[str], tokenizer_dir: str, out_prefix: str, workers
     """
     check_shards_out(out_prefix, manifest_path(out_prefix), overwrite)
     paths = expand_inputs(inputs)
-    with open(os.path.join(tokenizer_dir, META_FILE), encoding="utf-8") as f:
-        meta = json.load(f)
+    meta = read_meta(tokenizer_dir)
     model_path = os.path.join(tokenizer_dir, MODEL_FILE)
     dtype = token_dtype(meta["vocab_size"])
     init_args = (model_path, meta["ids"]["eod"], split_sentences, append_eod, json_key, dtype.str)
@@ -143,7 +143,7 @@ def build_shards(inputs: list[str], tokenizer_dir: str, out_prefix: str, workers
             log.report()
             raise ValueError(f"no valid document in {paths}; nothing written")
         manifest = writer.commit({
-            "format": "mlsys-shards-1",
+            "format": FORMAT,
             "inputs": [{"path": p, "bytes": os.path.getsize(p)} for p in paths],
             "tokenizer_dir": os.path.abspath(tokenizer_dir),
             "tokenizer_sha256": sha256_file(model_path),

@@ -7,11 +7,11 @@ its lines). Byte fallback is on (no ``<unk>`` for any UTF-8 text), normalisation
 and extra whitespace is kept, so ``decode(encode(text)) == text`` exactly. Sentencepiece marks a
 word start with ``▁``; the adapter uses that for whole-word masking.
 
-Output directory: ``spm.model``, ``spm.vocab``, ``tokenizer_meta.json`` (``OWNED_FILES``), each
-written under a temporary name and renamed, the metadata last: a directory is a complete
-tokenizer when its metadata is there. Other files in the directory are never touched; an
-existing tokenizer there is replaced only with ``overwrite``, another tool's files never
-(``data_prep.outputs``).
+Output directory: the files of ``mlsys.data.tokenizer_meta`` (``spm.model``, ``spm.vocab``,
+``tokenizer_meta.json``), each written through ``mlsys.atomic`` (temp name, fsync, rename), the
+metadata last: a directory is a complete tokenizer when its metadata is there. Other files in
+the directory are never touched; an existing tokenizer there is replaced only with
+``overwrite``, another tool's files never (``data_prep.outputs``).
 """
 
 from __future__ import annotations
@@ -20,20 +20,25 @@ import io
 import os
 from collections.abc import Iterator
 
-from data_prep.indexed import fsync_dir, sha256_file, write_json_atomic
 from data_prep.inputs import Problem, ProblemLog, expand_inputs, iter_documents, parse_record
 from data_prep.outputs import check_tokenizer_out
-from data_prep.stale import remove_stale_temps, temp_name
+from mlsys.atomic import atomic_path, remove_stale_temps
+from mlsys.data.manifest import sha256_file
+from mlsys.data.tokenizer_meta import (
+    FORMAT,
+    META_FILE,
+    MODEL_FILE,
+    OWNED_FILES,
+    VOCAB_FILE,
+    meta_path,
+    write_meta,
+)
 
-META_FILE = "tokenizer_meta.json"
-MODEL_FILE = "spm.model"
 SPECIAL_IDS = {"pad": 0, "unk": 1, "eos": 2, "eod": 2, "bos": 3, "cls": 4, "sep": 5, "mask": 6,
                "newline": 7}
 CONTROL_SYMBOLS = ["[CLS]", "[SEP]", "[MASK]"]
 USER_SYMBOLS = ["\n"]
 MAX_SENTENCE_BYTES = 16384
-OWNED_FILES = (MODEL_FILE, "spm.vocab", META_FILE)
-__all__ = ["META_FILE", "MODEL_FILE", "OWNED_FILES", "sha256_file", "train_tokenizer"]
 
 
 def _training_lines(paths: list[str], json_key: str, log: ProblemLog,
@@ -82,42 +87,30 @@ def train_tokenizer(inputs: list[str], vocab_size: int, out_dir: str, model_type
         minloglevel=2,
     )
     sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    ids = {name: sp.piece_to_id(piece) for name, piece in [
+        ("pad", "<pad>"), ("unk", "<unk>"), ("eos", "</s>"), ("eod", "</s>"), ("bos", "<s>"),
+        ("cls", "[CLS]"), ("sep", "[SEP]"), ("mask", "[MASK]"), ("newline", "\n")]}
+    assert ids == SPECIAL_IDS, ids
     os.makedirs(out_dir, exist_ok=True)
     remove_stale_temps(out_dir)
     check_tokenizer_out(out_dir, OWNED_FILES, META_FILE, overwrite)  # again: training took long
-    tmp = {name: temp_name(os.path.join(out_dir, name)) for name in OWNED_FILES}
-    try:
-        with open(tmp[MODEL_FILE], "wb") as f:
-            f.write(model.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
-        with open(tmp["spm.vocab"], "w", encoding="utf-8") as f:
+    # both files whole under temp names first; then the old metadata goes (the old tokenizer
+    # no longer looks complete), the files are renamed into place, and the metadata comes last
+    with (atomic_path(os.path.join(out_dir, MODEL_FILE)) as model_tmp,
+          atomic_path(os.path.join(out_dir, VOCAB_FILE)) as vocab_tmp):
+        model_tmp.write_bytes(model.getvalue())
+        with open(vocab_tmp, "w", encoding="utf-8") as f:
             for i in range(sp.get_piece_size()):
                 f.write(f"{sp.id_to_piece(i)!r}\t{sp.get_score(i)}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        ids = {name: sp.piece_to_id(piece) for name, piece in [
-            ("pad", "<pad>"), ("unk", "<unk>"), ("eos", "</s>"), ("eod", "</s>"), ("bos", "<s>"),
-            ("cls", "[CLS]"), ("sep", "[SEP]"), ("mask", "[MASK]"), ("newline", "\n")]}
-        assert ids == SPECIAL_IDS, ids
         meta = {
-            "format": "mlsys-sentencepiece-1", "model_file": MODEL_FILE,
-            "model_sha256": sha256_file(tmp[MODEL_FILE]),
+            "format": FORMAT, "model_file": MODEL_FILE, "model_sha256": sha256_file(model_tmp),
             "vocab_size": sp.get_piece_size(), "model_type": model_type,
             "normalization": "identity", "byte_fallback": True, "word_start": "\u2581",
             "ids": ids, "inputs": paths, "training_lines": len(lines),
             "problems": log.to_dict(),
         }
-        meta_path = os.path.join(out_dir, META_FILE)
-        if os.path.exists(meta_path):
-            os.remove(meta_path)  # from here on the old tokenizer no longer looks complete
-        for name in (MODEL_FILE, "spm.vocab"):
-            os.replace(tmp[name], os.path.join(out_dir, name))
-        write_json_atomic(meta_path, meta)
-        fsync_dir(out_dir)
-    finally:
-        for path in tmp.values():
-            if os.path.exists(path):
-                os.remove(path)
+        if os.path.exists(meta_path(out_dir)):
+            os.remove(meta_path(out_dir))
+    write_meta(out_dir, meta)
     log.report()
     return meta

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"preparing the default data under {first.data.prepare_dir} (once) ...", flush=True)
     prepare_default_data(first)  # once here, not racing in the ranks
     from mlsys.bench.report import compare_pair
-    from mlsys.dist.spawn import run_ranks
+    from mlsys.distributed.spawn import run_ranks
 
     for role, (path, cfg) in runs.items():
         print(f"== {role}: {path} -> {cfg.run_dir}", flush=True)

@@ -3,9 +3,9 @@
     deepspeed --num_gpus 2 launch/train.py --ds_config configs/ds/zero3.json \\
         --config configs/tiny-bert-vcycle.yaml
 
-(or ``python -m launch.train`` under torchrun / srun / mlsys.dist.spawn). Validates both configs
-before anything else (exit 2, message naming file and field), picks the CPU accelerator and
-gloo when no GPU is present, maps SLURM's variables to torch.distributed's, then runs
+(or ``python -m launch.train`` under torchrun / srun / mlsys.distributed.spawn). Validates both
+configs before anything else (exit 2, message naming file and field), picks the CPU accelerator
+and gloo when no GPU is present, maps SLURM's variables to torch.distributed's, then runs
 ``mlsys.train.controller.run_training``, which checks the data against the config and claims
 and locks the run directory before it changes anything there. Resumes at the newest checkpoint
 by default (a changed config is an error listing the changes; ``--accept-change FIELD`` accepts
@@ -73,7 +73,7 @@ def _distributed_env(local_rank: int | None) -> None:
     """Fill RANK/WORLD_SIZE/... from SLURM when launched by srun without a launcher."""
     if "SLURM_PROCID" in os.environ and "RANK" not in os.environ:
         try:
-            from mlsys.dist.slurm_env import slurm_dist_env
+            from mlsys.distributed.slurm_env import slurm_dist_env
         except ImportError:  # pragma: no cover - slurm helper not installed
             return
         os.environ.update(slurm_dist_env(os.environ))
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import deepspeed
 
-    from mlsys.dist.preempt import Interrupted, StopFlag
+    from mlsys.distributed.preempt import Interrupted, StopFlag
     from mlsys.train.checkpoint import CheckpointError
     from mlsys.train.controller import run_training
     from mlsys.train.rundir import RunDirError

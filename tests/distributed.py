@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mlsys.dist.spawn import free_port
+from mlsys.distributed.spawn import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

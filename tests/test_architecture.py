@@ -1,9 +1,11 @@
 """The architecture as rules a change cannot break quietly: imports only go down the layers,
-no module outside ``mlsys/families`` names a family, and entry points stay thin."""
+mlsys never imports data_prep (which may import only mlsys's format modules), no module outside
+``mlsys/families`` names a family, and entry points stay thin and live in ``launch/``."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from mlsys.families import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
 # Lower first. A module may import its own unit and the units of lower ranks, never higher.
-RANK = {"atomic": 0, "dist": 1, "families": 1, "config": 2, "config_reference": 3,
+RANK = {"atomic": 0, "distributed": 1, "families": 1, "config": 2, "config_reference": 3,
         "ds_config": 3, "operators": 3, "models": 4, "flops": 4, "length": 4, "data": 5,
         "vcycle": 6, "train": 7, "bench": 8}
 
@@ -55,9 +57,47 @@ def test_imports_only_go_down(path: Path):
         assert RANK[unit] < RANK[own], f"{path} ({own}) imports {name} ({unit}): climbs up"
 
 
-def test_data_prep_does_not_import_mlsys():
+# What data_prep (the data tool, a client of the library) may import of mlsys: the one write
+# helper and the data formats it writes (shard layout, manifests, tokenizer metadata, image
+# shards); never the training stack. The library runs data_prep only as a child process
+# (``mlsys.data.prepare``), never imports it.
+DATA_PREP_MAY_IMPORT = {"mlsys.atomic", "mlsys.data.manifest", "mlsys.data.indexed",
+                        "mlsys.data.indexed_writer", "mlsys.data.tokenizer_meta",
+                        "mlsys.data.image_shards"}
+FORMAT_MODULE_DEPENDENCIES = {"numpy"}  # besides the standard library and each other
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The modules ``path`` imports (``from m import x`` gives ``m``), anywhere in it."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("path", _modules("mlsys"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_mlsys_never_imports_data_prep(path: Path):
+    names = _imported_modules(path)
+    assert not [n for n in names if n.split(".")[0] == "data_prep"], path
+
+
+def test_data_prep_imports_only_the_format_modules_of_mlsys():
     for path in _modules("data_prep"):
-        assert not any(n.startswith("mlsys") for n in _imports(path)), path
+        used = {n for n in _imported_modules(path) if n.split(".")[0] == "mlsys"}
+        assert used <= DATA_PREP_MAY_IMPORT, (path, sorted(used - DATA_PREP_MAY_IMPORT))
+
+
+@pytest.mark.parametrize("module", sorted(DATA_PREP_MAY_IMPORT))
+def test_format_modules_stand_alone(module: str):
+    """What data_prep imports of mlsys pulls in nothing else of it (no torch, no config)."""
+    path = ROOT / (module.replace(".", "/") + ".py")
+    for name in _imported_modules(path):
+        top = name.split(".")[0]
+        assert (name in DATA_PREP_MAY_IMPORT or top in sys.stdlib_module_names
+                or top in FORMAT_MODULE_DEPENDENCIES or name == "__future__"), (path, name)
 
 
 def _strings(path: Path) -> set[str]:
@@ -85,6 +125,25 @@ def test_no_module_outside_families_names_a_family(path: Path):
     named = {s for s in _strings(path) if s in words}
     named |= {n.rsplit(".", 1)[-1] for n in _imports(path) if n.rsplit(".", 1)[-1] in words}
     assert not named, f"{path} names {sorted(named)}: look the family up in mlsys.families"
+
+
+def _has_main_block(tree: ast.Module) -> bool:
+    """A top-level ``if __name__ == "__main__":``."""
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare):
+            sides = [node.test.left, *node.test.comparators]
+            if {ast.unparse(s) for s in sides} >= {"__name__"} and any(
+                    isinstance(s, ast.Constant) and s.value == "__main__" for s in sides):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("path", _modules("mlsys"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_entry_point_in_the_library(path: Path):
+    """Commands live in ``launch/`` (and ``python -m data_prep``); mlsys only holds library
+    code: no ``__main__`` module, no ``if __name__ == "__main__"`` block."""
+    assert path.name != "__main__.py", path
+    assert not _has_main_block(ast.parse(path.read_text())), f"{path}: move the CLI to launch/"
 
 
 def test_launch_holds_only_entry_points():

@@ -11,7 +11,7 @@ import torch
 
 from mlsys.config import ModelConfig
 from mlsys.data.stream import eval_indices, micro_indices
-from mlsys.dist.weights_io import load_weights, save_weights
+from mlsys.distributed.weights_io import load_weights, save_weights
 from mlsys.models import build_model, hf_config
 from mlsys.train.metrics import read_metrics, truncate_after
 from mlsys.train.schedule import lr_factor

@@ -8,8 +8,8 @@ import os
 import pytest
 
 from data_prep.__main__ import main
-from data_prep.indexed import check_complete
 from data_prep.inputs import Problem, ProblemLog, expand_inputs, iter_documents, parse_record
+from mlsys.data.indexed import check_complete
 
 GOOD = b'{"text": "a good document."}\n'
 

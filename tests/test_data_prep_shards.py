@@ -13,9 +13,10 @@ import time
 import numpy as np
 import pytest
 
-from data_prep.indexed import IncompleteDataset, IndexedWriter, check_complete
 from data_prep.sentences import split_sentences
 from data_prep.shards import build_shards
+from mlsys.data.indexed import IncompleteDataset, check_complete
+from mlsys.data.indexed_writer import IndexedWriter
 
 
 def _docs(corpus: str) -> list[str]:
@@ -143,7 +144,8 @@ def test_killed_process_leaves_nothing_complete(tmp_path, gpt_data):
             writer.write(f"document number {i}, with some words in it.\n\n")
         writer.flush()
         deadline = time.monotonic() + 60
-        while not any(".bin.tmp-" in n for n in os.listdir(tmp_path)):
+        while not any(n.startswith(".out.tmp-") and n.endswith(".bin")
+                      for n in os.listdir(tmp_path)):
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)

@@ -94,10 +94,10 @@ def test_damaged_newest_checkpoint_resumes_from_the_one_before(gpt_data, tmp_pat
 
 @pytest.mark.slow
 def test_killed_rank_ends_the_job_in_bounded_time_then_resumes(gpt_data, tmp_path):
-    """SIGKILL one of 2 ranks mid-run: the launcher (mlsys.dist.spawn) returns non-zero
+    """SIGKILL one of 2 ranks mid-run: the launcher (mlsys.distributed.spawn) returns non-zero
     within GRACE_SECONDS (SIGTERM to the others, SIGKILL 10 s later) plus its 0.5 s poll; the
     same command then resumes from the newest checkpoint with no step logged twice."""
-    from mlsys.dist.spawn import GRACE_SECONDS, wait_ranks
+    from mlsys.distributed.spawn import GRACE_SECONDS, wait_ranks
 
     config = _config(gpt_data, tmp_path, "run", checkpoint_every=4)
     procs = start(config, "zero1.json", nproc=2, log=tmp_path / "first.log")
@@ -200,17 +200,17 @@ def test_full_disk_while_checkpointing_then_resume(gpt_data, tmp_path):
 
 def test_data_prep_removes_temp_files_of_a_killed_run(tmp_path: Path) -> None:
     from data_prep.corpus import write_corpus
-    from data_prep.stale import HOST
+    from mlsys.atomic import HOST
 
     dead = subprocess.Popen(["true"])
     dead.wait()
-    stale = tmp_path / f"stdlib_code.jsonl.tmp-{HOST}-{dead.pid}"
+    stale = tmp_path / f".stdlib_code.tmp-{HOST}-{dead.pid}.jsonl"
     stale.write_text("half a corpus")
-    live = tmp_path / f"other.tmp-{HOST}-{os.getppid()}"  # a live process's temp file stays
+    live = tmp_path / f".other.tmp-{HOST}-{os.getppid()}"  # a live process's temp file stays
     live.write_text("in use")
-    remote = tmp_path / f"other.tmp-node7-{dead.pid}"  # another host's writer: not ours to judge
+    remote = tmp_path / f".other.tmp-node7-{dead.pid}"  # another host's writer: not ours to judge
     remote.write_text("written on another node")
-    foreign = tmp_path / f"notes.tmp-{dead.pid}"  # not data_prep's naming
+    foreign = tmp_path / f"notes.tmp-{dead.pid}"  # not the temp naming of mlsys.atomic
     foreign.write_text("the user's")
     write_corpus(str(tmp_path), "code", limit=2)
     assert not stale.exists() and live.exists() and remote.exists() and foreign.exists()

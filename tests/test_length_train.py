@@ -75,7 +75,7 @@ def test_length_level_trains_exports_and_resumes(gpt_data: dict, tmp_path: Path)
     # only decays them, one factor for the whole table), rows below did.
     import torch
 
-    from mlsys.dist.weights_io import load_weights
+    from mlsys.distributed.weights_io import load_weights
     from mlsys.models import build_model
     from mlsys.operators import coalesce
 
@@ -147,7 +147,7 @@ def test_bert_length_and_depth_under_zero3(bert_data: dict, tmp_path: Path) -> N
     first, last = (sum(r["loss"] for r in steps[i:i + 2]) / 2 for i in (2, 4))
     assert last < first, [r["loss"] for r in steps]
     # It trained at k = 2 under ZeRO-3: position rows >= S/2 only decayed in the level.
-    from mlsys.dist.weights_io import load_weights
+    from mlsys.distributed.weights_io import load_weights
     from mlsys.models import build_model
     from mlsys.operators import coalesce
 

@@ -18,11 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from data_prep.indexed import IncompleteDataset, check_complete
-from data_prep.stale import HOST as PREP_HOST
 from mlsys import atomic
 from mlsys.config import ConfigError, parse_run_config
 from mlsys.data.checks import check_text_data, split_tokens
+from mlsys.data.indexed import IncompleteDataset, check_complete
 from mlsys.train.checkpoint import _rng_state, _set_rng_state, latest_good_tag, tag_problem
 from mlsys.train.manifest import write_manifest
 from mlsys.train.resume import check_same_config
@@ -213,11 +212,15 @@ def test_stale_temps_only_of_this_host_and_dead_writers(tmp_path: Path) -> None:
     remote = tmp_path / f".x.tmp-othernode-{dead.pid}.json"
     live = tmp_path / f".x.tmp-{atomic.HOST}-{os.getppid()}.json"
     users = tmp_path / f"backup.tmp-{dead.pid}"
-    prep_style = tmp_path / f"x.bin.tmp-{PREP_HOST}-{dead.pid}"  # data_prep's, not this module's
-    for p in (mine, stale, remote, live, users, prep_style):
+    users_too = tmp_path / f"x.bin.tmp-{atomic.HOST}-{dead.pid}"  # not a dot-name: not a temp
+    stale_dir = tmp_path / f".tokenizer.tmp-{atomic.HOST}-{dead.pid}"  # a temp directory
+    for p in (mine, stale, remote, live, users, users_too):
         p.write_text("x")
-    assert atomic.remove_stale_temps(tmp_path) == [stale]
-    assert all(p.exists() for p in (mine, remote, live, users, prep_style))
+    (stale_dir / "spm.model").parent.mkdir()
+    (stale_dir / "spm.model").write_text("x")
+    assert atomic.remove_stale_temps(tmp_path) == sorted([stale, stale_dir])
+    assert all(p.exists() for p in (mine, remote, live, users, users_too))
+    assert not stale_dir.exists()
 
 
 def test_atomic_write_is_fsynced_before_the_rename(tmp_path: Path, monkeypatch) -> None:
@@ -355,7 +358,8 @@ def test_data_prep_ends_on_sigterm_leaving_no_temp(gpt_data, tmp_path: Path) -> 
         writer.write("a document.\n\n" * 100)
         writer.flush()
         deadline = time.monotonic() + 60
-        while not any(".bin.tmp-" in n for n in os.listdir(tmp_path)):
+        while not any(n.startswith(".out.tmp-") and n.endswith(".bin")
+                      for n in os.listdir(tmp_path)):
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)

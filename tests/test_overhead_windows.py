@@ -17,3 +17,21 @@ def test_plain_loop_windows_match_the_record_steps() -> None:
     assert window_seconds(walls, warmup=10) == [pytest.approx(1.5)]
     assert window_seconds(plain_walls(seconds, list(range(1, 31))), warmup=10) == \
         [pytest.approx(x) for x in seconds[10:29]]  # per-step windows: each step's own time
+
+
+def test_the_plain_loop_command_writes_the_library_loops_seconds(tmp_path, monkeypatch) -> None:
+    """``python -m launch.plain_loop`` (what the benchmark starts per rank) is the CLI of
+    ``mlsys.bench.plain_loop.plain_loop_seconds``: rank 0 writes its seconds to ``--out``."""
+    import json
+
+    import launch.plain_loop
+    import mlsys.bench.plain_loop
+
+    calls = []
+    monkeypatch.setattr(mlsys.bench.plain_loop, "plain_loop_seconds",
+                        lambda *a: calls.append(a) or [0.5, 0.25])
+    out = tmp_path / "t.json"
+    assert launch.plain_loop.main(["--config", "r.yaml", "--ds_config", "d.json", "--steps",
+                                   "2", "--out", str(out)]) == 0
+    assert calls == [("r.yaml", "d.json", 2)]
+    assert json.loads(out.read_text()) == {"seconds": [0.5, 0.25]}

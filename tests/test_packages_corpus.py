@@ -11,7 +11,7 @@ import pytest
 from data_prep import packages
 from data_prep.corpus import corpus_path, stdlib_root, write_corpus
 from data_prep.default import prepare_default
-from data_prep.tokenizer import sha256_file
+from mlsys.data.manifest import sha256_file
 
 CODE_A = '"""Module a: the first one."""\n\n# a comment\nX = 1\n'
 CODE_B = 'def f():\n    """Return two, always."""\n    return 2\n'

@@ -1,14 +1,18 @@
-"""The SLURM -> torch.distributed mapping (mlsys.dist.slurm_env), with no scheduler involved."""
+"""The SLURM -> torch.distributed mapping (mlsys.distributed.slurm_env, and the srun-side
+command launch.slurm_env), with no scheduler involved."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from mlsys.dist.slurm_env import PORT_BASE, expand_hostlist, slurm_dist_env
+from mlsys.distributed.slurm_env import PORT_BASE, expand_hostlist, slurm_dist_env
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def task_env(procid: int, localid: int, ntasks: int, nodelist: str, job: int = 4242,
@@ -122,13 +126,13 @@ def test_cli_exports_mapping_and_execs_command(tmp_path):
     env["PATH"] = str(tmp_path)  # no scontrol: the in-process expansion is used
     code = "import os; print(*(os.environ[k] for k in ('RANK','LOCAL_RANK','WORLD_SIZE',"
     code += "'MASTER_ADDR','MASTER_PORT')))"
-    out = subprocess.run([sys.executable, "-m", "mlsys.dist.slurm_env", sys.executable, "-c", code],
-                         env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-m", "launch.slurm_env", sys.executable, "-c", code],
+                         cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["3", "1", "4", "h5", str(PORT_BASE + 9)]
 
 
 def test_cli_names_missing_variable():
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    res = subprocess.run([sys.executable, "-m", "mlsys.dist.slurm_env", "true"], env=env,
+    res = subprocess.run([sys.executable, "-m", "launch.slurm_env", "true"], cwd=REPO, env=env,
                          capture_output=True, text=True)
     assert res.returncode == 2 and "SLURM_" in res.stderr

@@ -28,7 +28,7 @@ SYNCS = ("item", "cpu", "tolist", "__float__", "numpy")
 def one_rank_group():
     import torch.distributed as dist
 
-    from mlsys.dist.spawn import free_port
+    from mlsys.distributed.spawn import free_port
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0",
                       WORLD_SIZE="1", LOCAL_RANK="0")
@@ -99,7 +99,7 @@ print(json.dumps(seen), flush=True)
 
 
 def test_records_agree_on_the_mean_loss_and_the_stop_flag():
-    from mlsys.dist.spawn import free_port
+    from mlsys.distributed.spawn import free_port
 
     port = str(free_port())
     procs = [subprocess.Popen([sys.executable, "-c", WORKER], cwd=REPO, text=True,

@@ -27,7 +27,7 @@ def one_rank_group():
 
     import deepspeed
 
-    from mlsys.dist.spawn import free_port
+    from mlsys.distributed.spawn import free_port
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0",
                       WORLD_SIZE="1", LOCAL_RANK="0")
@@ -195,3 +195,16 @@ def test_the_memory_bench_measures_a_variant() -> None:
     assert (r["attention"], r["activation_checkpointing"], r["layers"], r["seq_length"]) == (
         "eager", True, 1, 32)
     assert r["params"] > 0 and r["forward_backward_seconds"] > 0 and r["loss"] == r["loss"]
+
+
+def test_the_memory_bench_command_measures_one_variant_in_process(capsys) -> None:
+    """``python -m launch.switches --one ATTENTION,CKPT`` (what it starts once per variant)
+    prints that variant's record as one JSON line."""
+    import json
+
+    from launch.switches import main
+
+    assert main(["--config", str(REPO / "configs" / "tiny-llama-vcycle.yaml"), "--layers", "1",
+                 "--seq", "16", "--micro", "1", "--vocab", "64", "--one", "sdpa,0"]) == 0
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (r["attention"], r["activation_checkpointing"], r["seq_length"]) == ("sdpa", False, 16)

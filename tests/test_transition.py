@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mlsys.config import VCycleConfig
-from mlsys.dist.weights_io import load_weights
+from mlsys.distributed.weights_io import load_weights
 from mlsys.operators import coalesce, decoalesce
 from mlsys.vcycle import transition
 from mlsys.vcycle.symmetry import DropoutWindow

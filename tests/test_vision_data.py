@@ -13,13 +13,9 @@ import torch
 from PIL import Image
 
 from data_prep.__main__ import main as data_prep_main
-from data_prep.images import (
-    check_images_complete,
-    digits_images,
-    prepare_default_images,
-    to_square_rgb,
-)
-from data_prep.indexed import IncompleteDataset
+from data_prep.images import digits_images, prepare_default_images, to_square_rgb
+from mlsys.data.image_shards import check_images_complete
+from mlsys.data.manifest import IncompleteDataset
 from mlsys.data.vision import ImageShards, build_image_datasets, collate_images
 
 

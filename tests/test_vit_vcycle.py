@@ -82,7 +82,7 @@ def test_two_rank_zero3_vit_vcycle(tmp_path):
     exported model reproduces the last eval: the partitioned operators, the data stream and the
     export agree with the dense, single-process path."""
     from mlsys.data.vision import build_image_datasets
-    from mlsys.dist.weights_io import load_weights
+    from mlsys.distributed.weights_io import load_weights
     from mlsys.operators import coalesce
 
     cfg = run_config(tmp_path)

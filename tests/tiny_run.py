@@ -1,6 +1,6 @@
 """Helpers for the training tests: tiny run configs over the conftest corpora (``bert_data``,
 ``gpt_data``: real stdlib excerpts, sentencepiece 512, megatron shards) and 2-rank launches of
-launch/train.py on gloo through mlsys.dist.spawn."""
+launch/train.py on gloo through mlsys.distributed.spawn."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def env() -> dict[str, str]:
 
 def start(config: Path, ds: str, nproc: int = 2, extra: tuple[str, ...] = (),
           log: Path | None = None) -> list[subprocess.Popen]:
-    from mlsys.dist.spawn import start_ranks
+    from mlsys.distributed.spawn import start_ranks
 
     out = open(log, "w") if log is not None else subprocess.DEVNULL
     return start_ranks("launch.train", ["--config", str(config), "--ds_config",
@@ -51,7 +51,7 @@ def start(config: Path, ds: str, nproc: int = 2, extra: tuple[str, ...] = (),
 def train(config: Path, ds: str, nproc: int = 2, extra: tuple[str, ...] = (),
           log: Path | None = None, timeout: float = 900) -> None:
     """Run launch/train.py on ``nproc`` ranks to completion; AssertionError with the log tail."""
-    from mlsys.dist.spawn import wait_ranks
+    from mlsys.distributed.spawn import wait_ranks
 
     procs = start(config, ds, nproc, extra, log)
     deadline = time.time() + timeout

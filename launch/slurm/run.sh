@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The body shared by launch/slurm/*.sbatch (exec'd by them inside the batch job; not a template).
 #
-# One rank per GPU: `srun` starts SLURM_NTASKS tasks; each runs `python -m mlsys.dist.slurm_env`,
+# One rank per GPU: `srun` starts SLURM_NTASKS tasks; each runs `python -m launch.slurm_env`,
 # which maps SLURM_PROCID/SLURM_LOCALID/SLURM_NTASKS and the first host of the step's node list
 # to RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT and execs launch/train.py.
 #
@@ -60,7 +60,7 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"
 echo "run.sh: job $SLURM_JOB_ID (restart $restarts) on ${SLURM_JOB_NODELIST:-?}:" \
     "${SLURM_NTASKS:-?} ranks, config $CONFIG, ds $DS_CONFIG, run dir $RUN_DIR"
 
-srun --kill-on-bad-exit=1 "$PYTHON" -m mlsys.dist.slurm_env \
+srun --kill-on-bad-exit=1 "$PYTHON" -m launch.slurm_env \
     "$PYTHON" launch/train.py --config "$CONFIG" --ds_config "$DS_CONFIG" --no-progress \
     "${train_args[@]}" &
 srun_pid=$!

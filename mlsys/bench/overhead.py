@@ -1,11 +1,11 @@
-"""The controller's step time against a plain DeepSpeed loop (``mlsys.bench.plain_loop``) on
-the same model, data, batch and ZeRO stage, alternating A B A B in one invocation so both
-see the same machine. The controller's step time is the wall time between consecutive step
-records (everything it does per step: data, step, stop flag, record, progress); the plain
-loop's is measured over the *same* windows of steps (its per-step times summed between the
-controller's record steps: a median of single steps would leave out the slow steps a window
-mean includes). Medians after ``warmup`` steps; the ratio of medians minus 1 is the
-overhead."""
+"""The controller's step time against a plain DeepSpeed loop (``mlsys.bench.plain_loop``, run as
+``python -m launch.plain_loop``) on the same model, data, batch and ZeRO stage, alternating A B
+A B in one invocation so both see the same machine. The controller's step time is the wall time
+between consecutive step records (everything it does per step: data, step, stop flag, record,
+progress); the plain loop's is measured over the *same* windows of steps (its per-step times
+summed between the controller's record steps: a median of single steps would leave out the slow
+steps a window mean includes). Medians after ``warmup`` steps; the ratio of medians minus 1 is
+the overhead."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import yaml
 
 from mlsys.atomic import write_json, write_text
 from mlsys.bench.profile import load_profile
-from mlsys.dist.spawn import run_ranks
+from mlsys.distributed.spawn import run_ranks
 from mlsys.train.metrics import read_metrics
 from mlsys.train.rundir import RunDir
 
@@ -84,9 +84,9 @@ def measure(root: Path, out: Path, profile: str, family: str, ds_config: str, ra
         walls = record_walls(Path(cfg["run_dir"]))
         ours.append(statistics.median(window_seconds(walls, warmup)))
         times = out / f"plain{i}.json"
-        code = run_ranks("mlsys.bench.plain_loop", ["--config", str(path), "--ds_config",
-                                                    ds_config, "--steps", str(steps),
-                                                    "--out", str(times)], ranks, env=env,
+        code = run_ranks("launch.plain_loop", ["--config", str(path), "--ds_config",
+                                               ds_config, "--steps", str(steps),
+                                               "--out", str(times)], ranks, env=env,
                          cwd=str(root))
         if code:
             raise RuntimeError(f"plain loop run {i} exited {code}")

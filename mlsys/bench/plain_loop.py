@@ -2,37 +2,27 @@
 against: the same model, data, batch, ZeRO stage, optimizer and LR schedule as a run config's
 first phase, with nothing else (no records, no evaluation, no checkpoints, no stop flag).
 
-    python -m mlsys.bench.plain_loop --config RUN.yaml --ds_config DS.json --steps N --out T.json
-
-(one process per rank, as ``launch.train``). Rank 0 writes the seconds of every step.
+``plain_loop_seconds`` runs it in this process (one rank; every rank of a process group calls
+it). The command is ``launch/plain_loop.py`` (one process per rank, as ``launch.train``).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
 import time
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", required=True)
-    p.add_argument("--ds_config", required=True)
-    p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--out", required=True)
-    args = p.parse_args(argv)
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+def plain_loop_seconds(config_path: str, ds_config_path: str, steps: int) -> list[float]:
+    """Train ``steps`` steps of the run config's first phase; the seconds of every step
+    (collective: the process group is initialised here, as ``deepspeed.init_distributed``)."""
     import deepspeed
     import torch
     from deepspeed.accelerator import get_accelerator
     from transformers.integrations import HfDeepSpeedConfig
 
-    from mlsys.atomic import write_json
     from mlsys.config import load_run_config
     from mlsys.data.run_data import build_run_data
     from mlsys.data.stream import batches, micro_indices
-    from mlsys.dist.process import rank, world_size
+    from mlsys.distributed.process import rank, world_size
     from mlsys.ds_config import load_ds_config, resolve_ds_config
     from mlsys.models import build_model, hf_config, level_config
     from mlsys.train.engine import build_engine
@@ -40,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     from mlsys.train.schedule import phase_schedule
 
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
-    cfg = load_run_config(args.config)
-    ds = resolve_ds_config(load_ds_config(args.ds_config), cfg, world_size(), args.ds_config)
+    cfg = load_run_config(config_path)
+    ds = resolve_ds_config(load_ds_config(ds_config_path), cfg, world_size(), ds_config_path)
     keep_alive = HfDeepSpeedConfig(ds)  # ZeRO-3: build partitioned
     g, micro = cfg.train.global_batch_size, cfg.train.micro_batch_size
     accum = g // (micro * world_size())
@@ -51,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                           cfg.phases[0].lr, phase_schedule(cfg, 0))
     device = torch.device(get_accelerator().current_device_name())
     seconds = []
-    for step in range(args.steps):
+    for step in range(steps):
         t0 = time.perf_counter()
         idx = micro_indices(step * g, micro, world_size(), rank(), accum)
         for batch in batches(data.train, idx, data.collate):
@@ -60,11 +50,5 @@ def main(argv: list[str] | None = None) -> int:
             engine.step()
         get_accelerator().synchronize()
         seconds.append(time.perf_counter() - t0)
-    if rank() == 0:
-        write_json(args.out, {"seconds": seconds})
     del keep_alive
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return seconds

@@ -21,7 +21,7 @@ from mlsys.bench.results import RESULTS, compact, read_result, result_path, writ
 from mlsys.bench.results_doc import command, page_name, write_page
 from mlsys.config import ConfigError, parse_run_config
 from mlsys.data.run_data import prepare_default_data
-from mlsys.dist.spawn import start_ranks, wait_ranks
+from mlsys.distributed.spawn import start_ranks, wait_ranks
 from mlsys.train.checkpoint import complete_tags, fork_run, step_of
 from mlsys.train.metrics import read_metrics
 from mlsys.train.rundir import RunDir

@@ -11,13 +11,12 @@ but holds no token (megatron's dataset build would loop forever on it). It only 
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
-from data_prep.indexed import IncompleteDataset, check_complete
-from data_prep.tokenizer import META_FILE
 from mlsys.config import ConfigError, RunConfig
+from mlsys.data.indexed import IncompleteDataset, check_complete
+from mlsys.data.tokenizer_meta import META_FILE, meta_path, read_meta
 from mlsys.models import hf_config
 
 SPLIT_NAMES = ("train", "valid", "test")
@@ -27,15 +26,14 @@ HASH_LIMIT_BYTES = 2 << 30  # shards up to this size are also checked against th
 def _tokenizer_meta(tokenizer_dir: str) -> dict[str, Any]:
     if not os.path.isdir(tokenizer_dir):
         raise ConfigError(f"data.tokenizer_dir: {tokenizer_dir}: no such directory")
-    path = os.path.join(tokenizer_dir, META_FILE)
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        return read_meta(tokenizer_dir)
     except FileNotFoundError:
         raise ConfigError(f"data.tokenizer_dir: {tokenizer_dir}: not a tokenizer written by "
                           f"data_prep (no {META_FILE})") from None
     except ValueError:
-        raise ConfigError(f"data.tokenizer_dir: {path}: not valid JSON") from None
+        raise ConfigError(f"data.tokenizer_dir: {meta_path(tokenizer_dir)}: not valid JSON"
+                          ) from None
 
 
 def _field_name(cfg: RunConfig, hf_field: str, run_field: str) -> str:

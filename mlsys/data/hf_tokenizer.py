@@ -15,11 +15,10 @@ around a text as the training samples have them; causal ones add nothing (docume
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-META_FILE = "tokenizer_meta.json"
+from mlsys.data.tokenizer_meta import read_meta
 
 
 def _backend(model_file: Path, ids: dict[str, int], kind: str) -> Any:
@@ -62,7 +61,7 @@ def hf_tokenizer(tokenizer_dir: str | Path, kind: str) -> Any:
     from transformers import PreTrainedTokenizerFast
 
     tokenizer_dir = Path(tokenizer_dir)
-    meta = json.loads((tokenizer_dir / META_FILE).read_text())
+    meta = read_meta(tokenizer_dir)
     ids = meta["ids"]
     backend = _backend(tokenizer_dir / meta["model_file"], ids, kind)
     piece = {name: backend.id_to_token(ids[name])

@@ -17,7 +17,6 @@ samples continues at dataset index ``c`` (``mlsys.data.stream``).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -27,8 +26,8 @@ import numpy as np
 import torch
 from megatron.core.tokenizers import MegatronTokenizerBase
 
-from data_prep.indexed import check_complete
-from data_prep.tokenizer import META_FILE
+from mlsys.data.indexed import check_complete
+from mlsys.data.tokenizer_meta import read_meta
 
 WORD_START = "\u2581"
 MASK_PROB = 0.15
@@ -44,8 +43,7 @@ class SentencePieceTokenizer(MegatronTokenizerBase):
     def __init__(self, tokenizer_dir: str):
         import sentencepiece as spm
 
-        with open(os.path.join(tokenizer_dir, META_FILE), encoding="utf-8") as f:
-            self.meta = json.load(f)
+        self.meta = read_meta(tokenizer_dir)
         model_path = os.path.join(tokenizer_dir, self.meta["model_file"])
         super().__init__(model_path, {})
         self.sp = spm.SentencePieceProcessor(model_file=model_path)

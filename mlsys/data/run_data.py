@@ -2,8 +2,8 @@
 shards -> ``mlsys.data.vision`` datasets; ``BUILDERS`` maps the data kind to its builder.
 
 With ``data.tokenizer_dir``/``data.data_prefix`` unset, rank 0 prepares the embedded default
-corpus (images: scikit-learn's digits) under ``data.prepare_dir`` (idempotent) while the other
-ranks wait.
+corpus (images: scikit-learn's digits) under ``data.prepare_dir`` (idempotent; the data tool
+in a child process, ``mlsys.data.prepare``) while the other ranks wait.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from typing import Any
 
 import transformers
 
-from data_prep.default import prepare_default
-from data_prep.images import check_images_complete, prepare_default_images
-from data_prep.tokenizer import OWNED_FILES as TOKENIZER_FILES
 from mlsys.config import ConfigError, RunConfig
 from mlsys.data.checks import check_text_data
 from mlsys.data.hf_tokenizer import save_hf_tokenizer
+from mlsys.data.image_shards import check_images_complete
 from mlsys.data.megatron import build_datasets, collate_hf, load_tokenizer
+from mlsys.data.prepare import prepare
+from mlsys.data.tokenizer_meta import OWNED_FILES as TOKENIZER_FILES
 from mlsys.data.vision import build_image_datasets, collate_images
-from mlsys.dist.process import barrier, from_main, rank
+from mlsys.distributed.process import barrier, from_main, rank
 from mlsys.families import get_family
 
 
@@ -42,19 +42,20 @@ class RunData:
 
 
 def prepare_default_data(cfg: RunConfig) -> dict[str, str]:
-    """Build (or reuse; idempotent) the embedded default data the config asks for, in this
-    process: ``{"tokenizer_dir", "data_prefix"}`` (no tokenizer for images). Call it once
+    """Build (or reuse; idempotent) the embedded default data the config asks for, waiting
+    for it (``python -m data_prep prepare`` in a child process; ``DataPrepError`` if it
+    fails): ``{"tokenizer_dir", "data_prefix"}`` (no tokenizer for images). Call it once
     before starting several runs that share ``data.prepare_dir``."""
     d = cfg.data
     if cfg.kind == "vision":
         if d.data_prefix is not None:
             return {"data_prefix": d.data_prefix}
-        out = prepare_default_images(d.prepare_dir, cfg.model.extra["image_size"])
+        out = prepare(d.prepare_dir, "vision", image_size=cfg.model.extra["image_size"])
         return {"data_prefix": str(out["data_prefix"])}
     if d.tokenizer_dir is not None and d.data_prefix is not None:
         return {"tokenizer_dir": d.tokenizer_dir, "data_prefix": d.data_prefix}
-    out = prepare_default(d.prepare_dir, cfg.kind, vocab_size=d.prepare_vocab_size,
-                          source=d.prepare_source)
+    out = prepare(d.prepare_dir, cfg.kind, vocab_size=d.prepare_vocab_size,
+                  source=d.prepare_source)
     return {"tokenizer_dir": str(out["tokenizer_dir"]), "data_prefix": str(out["data_prefix"])}
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from data_prep.images import check_images_complete
+from mlsys.data.image_shards import check_images_complete
 
 SPLIT_SEED = 0
 

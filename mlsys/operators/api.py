@@ -6,7 +6,7 @@ import math
 
 from torch import nn
 
-from mlsys.dist.zero import model_is_partitioned
+from mlsys.distributed.zero import model_is_partitioned
 from mlsys.families import Family, family_of, family_of_config
 from mlsys.operators import configs
 from mlsys.operators.execute import apply_plan, interpolate_params

@@ -16,7 +16,7 @@ from contextlib import ExitStack
 import torch
 from torch import nn
 
-from mlsys.dist.zero import full_shape, is_partitioned, read_full, write_full
+from mlsys.distributed.zero import full_shape, is_partitioned, read_full, write_full
 from mlsys.operators.plan import Group
 
 

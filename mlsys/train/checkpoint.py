@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from mlsys.atomic import atomic_path, fsync_tree, write_json
-from mlsys.dist.process import barrier, rank
+from mlsys.distributed.process import barrier, rank
 from mlsys.train.manifest import MANIFEST, lists, manifest_problem, write_manifest
 from mlsys.train.rundir import RunDir, RunDirError
 from mlsys.train.state import ControllerState

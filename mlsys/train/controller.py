@@ -33,9 +33,9 @@ from mlsys.config import RunConfig
 from mlsys.data.loader import StepBatches
 from mlsys.data.run_data import build_run_data, check_run_data
 from mlsys.data.stream import batches, eval_indices
-from mlsys.dist.preempt import StopFlag
-from mlsys.dist.process import barrier, initialized, rank, world_size
-from mlsys.dist.weights_io import gather_weights
+from mlsys.distributed.preempt import StopFlag
+from mlsys.distributed.process import barrier, initialized, rank, world_size
+from mlsys.distributed.weights_io import gather_weights
 from mlsys.flops import dims_of, flops_per_step
 from mlsys.models import build_model, hf_config, level_config
 from mlsys.train import checkpoint as ckpt

@@ -19,7 +19,7 @@ from deepspeed.runtime.zero import parameter_offload
 from deepspeed.runtime.zero.partitioned_param_coordinator import PartitionedParameterCoordinator
 
 from mlsys.config import TrainConfig
-from mlsys.dist.zero import full_shape
+from mlsys.distributed.zero import full_shape
 from mlsys.train.memory import release_free_memory
 
 

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from mlsys.dist.process import initialized
+from mlsys.distributed.process import initialized
 from mlsys.length import causal_targets, length_forward
 
 

@@ -6,7 +6,6 @@ and ``AutoTokenizer`` / ``AutoImageProcessor``."""
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +16,7 @@ from transformers import PretrainedConfig
 from transformers.integrations import deepspeed as hf_deepspeed
 
 from mlsys.atomic import atomic_path
-from mlsys.data.hf_tokenizer import META_FILE
+from mlsys.data.tokenizer_meta import read_meta
 from mlsys.families import get_family
 from mlsys.models import model_class
 
@@ -99,7 +98,7 @@ def export_run_model(weights: dict[str, torch.Tensor], config: PretrainedConfig,
         card["length factor (validation loss at it; mlsys.length)"] = length
     generation = None
     if cfg.kind == "causal":
-        meta = json.loads((Path(data.tokenizer_dir) / META_FILE).read_text())
+        meta = read_meta(data.tokenizer_dir)
         generation = {"eos_token_id": meta["ids"]["eod"], "pad_token_id": meta["ids"]["pad"],
                       "bos_token_id": meta["ids"]["bos"]}
     return export_pretrained(weights, config, out_dir, data.save_processor, card, generation)

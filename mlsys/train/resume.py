@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlsys.config import ConfigError, RunConfig, parse_run_config
-from mlsys.dist.process import from_main, is_main
+from mlsys.distributed.process import from_main, is_main
 from mlsys.train.checkpoint import latest_good_tag, read_state, tags
 from mlsys.train.metrics import last_position, truncate_after
 from mlsys.train.rundir import RunDir, RunDirError

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from mlsys.dist.process import world_size
+from mlsys.distributed.process import world_size
 from mlsys.length import length_forward
 
 

@@ -27,7 +27,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from mlsys.dist.zero import full_shape, has_master, is_partitioned
+from mlsys.distributed.zero import full_shape, has_master, is_partitioned
 from mlsys.operators.api import moment_plans
 
 MOMENTS = {"exp_avg": 1, "exp_avg_sq": 2}

@@ -26,7 +26,7 @@ from contextlib import ExitStack
 import torch
 from torch import nn
 
-from mlsys.dist.zero import read_full, write_full
+from mlsys.distributed.zero import read_full, write_full
 from mlsys.operators import coalesce, decoalesce
 
 

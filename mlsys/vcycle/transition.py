@@ -24,7 +24,7 @@ from torch import nn
 from transformers import PretrainedConfig
 
 from mlsys.config import VCycleConfig
-from mlsys.dist.weights_io import load_weights, save_weights
+from mlsys.distributed.weights_io import load_weights, save_weights
 from mlsys.models import build_model
 from mlsys.operators import coalesce, decoalesce, interpolate
 from mlsys.vcycle.optimizer_state import adam_state_of, map_adam_state

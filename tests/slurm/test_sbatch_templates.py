@@ -65,12 +65,12 @@ def assert_finished(run: Path, total_steps: int) -> list[dict]:
 
 
 def test_srun_maps_slurm_env_for_each_task(slurm_env, tmp_path):
-    # Two tasks through srun + mlsys.dist.slurm_env, as the templates launch them.
+    # Two tasks through srun + launch.slurm_env, as the templates launch them.
     code = ("import json, os; print(json.dumps({k: os.environ[k] for k in "
             "('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')}))")
     log = tmp_path / "env.out"
     job = sbatch(["--ntasks=2", f"--output={log}", "--wrap",
-                  f"srun {sys.executable} -m mlsys.dist.slurm_env {sys.executable} -c \"{code}\""],
+                  f"srun {sys.executable} -m launch.slurm_env {sys.executable} -c \"{code}\""],
                  slurm_env)
     assert wait_done(job, slurm_env, 120, log)["JobState"] == "COMPLETED", log.read_text()
     lines = [json.loads(s) for s in log.read_text().splitlines() if s.startswith("{")]

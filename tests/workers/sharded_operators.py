@@ -14,7 +14,7 @@ from deepspeed.utils import safe_get_full_fp32_param
 from transformers.integrations import HfDeepSpeedConfig
 from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
-from mlsys.dist.zero import full_shape, model_is_partitioned
+from mlsys.distributed.zero import full_shape, model_is_partitioned
 from mlsys.operators import coalesce, decoalesce, interpolate
 from mlsys.vcycle.optimizer_state import DeepSpeedAdamState, TorchAdamState, map_adam_state
 from mlsys.vcycle.symmetry import add_detail, add_width_detail

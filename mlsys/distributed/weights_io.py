@@ -19,8 +19,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from mlsys.atomic import atomic_path
-from mlsys.dist.process import barrier, rank
-from mlsys.dist.zero import full_shape, is_partitioned, read_full, write_full
+from mlsys.distributed.process import barrier, rank
+from mlsys.distributed.zero import full_shape, is_partitioned, read_full, write_full
 
 
 def _full(name: str, param: torch.nn.Parameter) -> torch.Tensor:

@@ -4,18 +4,17 @@ One rank per GPU, launched with ``srun``: SLURM already numbers the tasks, so ea
 rank is ``SLURM_PROCID``, its local rank ``SLURM_LOCALID``, the world size ``SLURM_NTASKS``,
 and the master is the first host of the step's node list (where ``srun`` puts task 0).
 
-``slurm_dist_env`` is pure: it reads a mapping and returns the variables to export.
-``python -m mlsys.dist.slurm_env CMD ...`` (run by ``srun`` in launch/slurm/*.sbatch) exports them
-and execs ``CMD``; without ``CMD`` it prints ``export`` lines.
+``slurm_dist_env`` is pure: it reads a mapping and returns the variables to export;
+``slurm_task_env`` adds ``scontrol``'s expansion of the node list. The command that exports
+them and execs the training command is ``python -m launch.slurm_env CMD ...`` (run by ``srun``
+in launch/slurm/run.sh).
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Mapping
 
 PORT_BASE = 20000  # MASTER_PORT = PORT_BASE + job id % PORT_SPAN when not given
@@ -130,26 +129,8 @@ def scontrol_hostnames(hostlist: str) -> list[str] | None:
     return res.stdout.split() if res.returncode == 0 and res.stdout.strip() else None
 
 
-def main(argv: list[str]) -> int:
-    """``python -m mlsys.dist.slurm_env [--] CMD ARGS...``: export the mapping, exec CMD."""
-    if argv[:1] == ["--"]:
-        argv = argv[1:]
-    hosts = None if os.environ.get("MASTER_ADDR") else scontrol_hostnames(nodelist(os.environ))
-    env = slurm_dist_env(os.environ, hosts)
-    if not argv:
-        for key, value in env.items():
-            print(f"export {key}={value}")
-        return 0
-    if env["RANK"] == "0":
-        print("slurm_env: " + " ".join(f"{k}={v}" for k, v in env.items()), file=sys.stderr,
-              flush=True)
-    os.execvpe(argv[0], argv, {**os.environ, **env})
-    return 127  # not reached
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except ValueError as err:
-        print(f"mlsys.dist.slurm_env: {err}", file=sys.stderr)
-        sys.exit(2)
+def slurm_task_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """``slurm_dist_env`` of this task, the node list expanded by ``scontrol show hostnames``
+    where scontrol is there (unless MASTER_ADDR is given), else here."""
+    hosts = None if environ.get("MASTER_ADDR") else scontrol_hostnames(nodelist(environ))
+    return slurm_dist_env(environ, hosts)

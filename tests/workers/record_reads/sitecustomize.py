@@ -1,0 +1,20 @@
+"""Put on PYTHONPATH by tests/test_length_zero3.py: every training process appends the sample
+indices its loader is asked for (one JSON list a micro-batch) to ``$MLSYS_TEST_READS/rank<R>``,
+so the test sees what was read across phases and length factors, not what was counted."""
+
+import json
+import os
+
+if os.environ.get("MLSYS_TEST_READS"):
+    import mlsys.data.loader as loader
+
+    _steps = loader.step_indices
+    _path = os.path.join(os.environ["MLSYS_TEST_READS"], f"rank{os.environ.get('RANK', '0')}")
+
+    def _recorded(*args, **kwargs):
+        with open(_path, "a") as out:
+            for micro in _steps(*args, **kwargs):
+                out.write(json.dumps([int(i) for i in micro]) + "\n")
+                yield micro
+
+    loader.step_indices = _recorded

@@ -42,7 +42,12 @@ from mlsys.train import checkpoint as ckpt
 from mlsys.train.engine import build_engine, destroy_engine
 from mlsys.train.evaluate import validation_metrics
 from mlsys.train.export import export_run_model
-from mlsys.train.memory import peak_memory_bytes, release_free_memory, resident_memory_bytes
+from mlsys.train.memory import (
+    device_memory_bytes,
+    peak_memory_bytes,
+    release_free_memory,
+    resident_memory_bytes,
+)
 from mlsys.train.metrics import MetricsLog, plot_val_loss, read_metrics
 from mlsys.train.monitor import RunMonitor, without_monitors
 from mlsys.train.progress import Progress
@@ -77,7 +82,7 @@ class Controller:
         self.configs: dict[int, Any] = {}  # level -> Hugging Face config
         self.step_flops: dict[int, int] = {}  # level -> FLOPs of one optimizer step
         self.engine: Any = None
-        self.state = ControllerState()
+        self.state = ControllerState(world_size=self.world)
         self.last_val: float | None = None
         self.peak_tflops = peak_tflops(cfg.train.peak_tflops, accelerator_name())
         self._t0 = time.perf_counter()
@@ -259,7 +264,8 @@ class Controller:
         release_free_memory()
         self._record("transition", from_level=src, to_level=dst,
                      transition_seconds=time.perf_counter() - t0,
-                     peak_memory_bytes=peak_memory_bytes(), rss_bytes=resident_memory_bytes())
+                     peak_memory_bytes=peak_memory_bytes(), rss_bytes=resident_memory_bytes(),
+                     device_memory_bytes=device_memory_bytes())
         self._evaluate()
 
     def _export(self, out_dir: Any, level: int) -> None:
@@ -291,7 +297,7 @@ class Controller:
         """The whole run: returns {status: done|preempted|already-done, val_loss, flops, ...}."""
         cfg, g = self.cfg, self.cfg.train.global_batch_size
         check_run_data(cfg, cfg.train_samples, cfg.train.eval_batches * g)
-        start, lock = open_run(self.run_dir, cfg, self.resume, self.accept_changes)
+        start, lock = open_run(self.run_dir, cfg, self.resume, self.accept_changes, self.world)
         try:
             if start.already_done:
                 return {**json.loads(self.run_dir.done.read_text()), "status": "already-done"}

@@ -17,6 +17,14 @@ def peak_memory_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def device_memory_bytes() -> int | None:
+    """Accelerator memory allocated now (what the live engine and models hold); None without
+    one. Across engine rebuilds it shows whether a destroyed engine's memory came back."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return int(torch.cuda.memory_allocated())
+    return None
+
+
 def resident_memory_bytes() -> int:
     """This process's resident memory now (Linux /proc; 0 elsewhere)."""
     try:

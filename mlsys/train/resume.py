@@ -88,7 +88,8 @@ def check_same_config(run: RunDir, cfg: RunConfig, accept: Iterable[str] = ()) -
                       "changes need a new run_dir, or --fresh to discard this run")
 
 
-def _decide(run: RunDir, cfg: RunConfig, resume: bool | str, accept: Iterable[str]) -> Start:
+def _decide(run: RunDir, cfg: RunConfig, resume: bool | str, accept: Iterable[str],
+            world: int | None = None) -> Start:
     """Rank 0, lock held: see the module docstring."""
     if resume is False:
         run.wipe()
@@ -111,6 +112,11 @@ def _decide(run: RunDir, cfg: RunConfig, resume: bool | str, accept: Iterable[st
         return Start(None)
     logged_through = last_position(run.metrics) if run.metrics.exists() else None
     at = read_state(run.checkpoints, tag)
+    if world is not None and at.world_size and at.world_size != world:
+        raise RunDirError(f"{run.checkpoints / tag}: written by {at.world_size} ranks, and this "
+                          f"start has {world}: a checkpoint resumes only on the rank count "
+                          f"that wrote it (DeepSpeed's optimizer and RNG state are per rank); "
+                          f"nothing was changed. Start with {at.world_size} ranks")
     dropped = truncate_after(run.metrics, at.global_step, at.phase) if run.metrics.exists() else 0
     print(f"resuming from {tag} (phase {at.phase}, step {at.step_in_phase}; dropped "
           f"{dropped} later records)", flush=True)
@@ -121,10 +127,12 @@ _ERRORS = (RunDirError, ConfigError)
 
 
 def open_run(run: RunDir, cfg: RunConfig, resume: bool | str,
-             accept: Iterable[str] = ()) -> tuple[Start, RunLock | None]:
+             accept: Iterable[str] = (), world: int | None = None
+             ) -> tuple[Start, RunLock | None]:
     """Claim the run directory, lock it and decide how the run starts (collective: rank 0
     decides, every rank gets the answer or raises the same error). Returns the start and,
-    on rank 0, the held lock (keep it for the run's life)."""
+    on rank 0, the held lock (keep it for the run's life). ``world``: this start's ranks; a
+    checkpoint written by another number of ranks is refused."""
     lock: RunLock | None = None
 
     def decide() -> tuple[Start | None, tuple[str, str] | None]:
@@ -132,7 +140,7 @@ def open_run(run: RunDir, cfg: RunConfig, resume: bool | str,
         try:
             run.claim(cfg.name)
             lock = RunLock(run.lock).acquire()
-            return _decide(run, cfg, resume, accept), None
+            return _decide(run, cfg, resume, accept, world), None
         except _ERRORS as err:
             if lock is not None:
                 lock.release()

@@ -8,8 +8,8 @@ from typing import Any
 
 @dataclass
 class ControllerState:
-    """The phase, steps done in it, data position, cost counters, and the saved weights
-    (level -> safetensors path) that up-transitions interpolate with."""
+    """The phase, steps done in it, data position, cost counters, the number of ranks, and the
+    saved weights (level -> safetensors path) that up-transitions interpolate with."""
 
     phase: int = 0
     step_in_phase: int = 0
@@ -18,6 +18,7 @@ class ControllerState:
     tokens: int = 0
     flops: int = 0
     wall_seconds: float = 0.0
+    world_size: int = 0  # the ranks that trained it (0: a checkpoint that did not record it)
     saved: dict[int, str] = field(default_factory=dict)
 
     @classmethod

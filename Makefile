@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 export DS_ACCELERATOR ?= cpu
 export DS_BUILD_OPS ?= 0
 
-.PHONY: install demo test test-slurm lint docs clean
+.PHONY: install demo test test-slurm test-gpu lint docs clean
 
 install: $(STAMP)
 
@@ -31,6 +31,15 @@ test-slurm: install
 	for f in launch/slurm/*.sbatch launch/slurm/*.sh; do bash -n "$$f" || exit 1; done
 	shellcheck launch/slurm/*.sbatch launch/slurm/*.sh
 	MLSYS_TEST_SLURM=1 $(BIN)/python -m pytest -q tests/slurm
+
+# The GPU path (never part of `make test`, where tests/gpu skips itself): bf16 ZeRO-3 V-cycles
+# of a small GPT-2 and Llama over NCCL on up to 2 GPUs. Needs a CUDA build of torch 2.13.0
+# (the one `make install` puts in .venv on a machine whose pip index serves CUDA wheels).
+# Figures (MFU, device memory) to $(GPU_FIGURES) as JSON.
+GPU_FIGURES ?= runs/gpu-figures
+test-gpu: install
+	MLSYS_TEST_GPU=1 DS_ACCELERATOR=cuda MLSYS_GPU_FIGURES=$(GPU_FIGURES) \
+		$(BIN)/python -m pytest -q -s tests/gpu
 
 demo: install
 	$(BIN)/python -m launch.demo

@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.set_defaults(fn=_prepare)
 
     t = sub.add_parser("tokenizer", help="train a sentencepiece tokenizer")
-    t.add_argument("--input", nargs="+", required=True, help="text/jsonl/parquet files or globs")
+    t.add_argument("--input", nargs="+", required=True,
+                   help="text/jsonl(.gz/.zst)/parquet files, saved HF dataset dirs, globs")
     t.add_argument("--vocab-size", type=int, required=True)
     t.add_argument("--out", required=True, help="output directory")
     t.add_argument("--model-type", choices=["bpe", "unigram"], default="bpe")
@@ -102,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(fn=_tokenizer)
 
     s = sub.add_parser("shards", help="tokenize into megatron-core indexed datasets")
-    s.add_argument("--input", nargs="+", required=True, help="text/jsonl/parquet files or globs")
+    s.add_argument("--input", nargs="+", required=True,
+                   help="text/jsonl(.gz/.zst)/parquet files, saved HF dataset dirs, globs")
     s.add_argument("--tokenizer", required=True, help="directory written by `tokenizer`")
     s.add_argument("--out", required=True, help="output prefix: PREFIX.bin/.idx/.manifest.json")
     s.add_argument("--workers", type=int, default=2, help="tokenizer processes (0: in-process)")

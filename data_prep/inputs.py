@@ -1,20 +1,31 @@
 """Input files -> raw records -> validated document text.
 
-Formats (chosen by extension): ``.jsonl``/``.ndjson``/``.json`` (one JSON object a line),
-``.parquet`` (read in record batches, never whole), anything else plain text (a blank line
-separates documents). Globs are expanded in sorted order.
+Formats: ``.jsonl``/``.ndjson``/``.json`` (one JSON object a line), parquet (read in record
+batches, never whole), a Hugging Face ``datasets`` directory written by ``save_to_disk``
+(``state.json`` naming its ``data-*.arrow`` files, Arrow IPC streams read a batch at a time with
+pyarrow; no ``datasets`` import) or a single ``.arrow`` file, anything else plain text (a blank
+line separates documents). Content decides before the name (:func:`detect_input`): a file
+starting ``PAR1`` is parquet, one starting ``1f 8b`` is gzip and one starting ``28 b5 2f fd``
+zstd (read through ``zstandard`` when it is importable, otherwise refused naming the file),
+decompressed as a stream; the name without ``.gz``/``.zst`` then says jsonl or text. Globs are
+expanded in sorted order.
 
 Readers run in the main process and only cut files into :class:`Record` s (cheap, streaming);
 :func:`parse_record` runs in the tokenizer workers and turns a record into text or a
 :class:`Problem`. Every record and problem names its file and 1-based line (row for parquet;
-line 0 for a whole-file problem), so nothing bad passes silently.
+line 0 for a whole-file problem), so nothing bad passes silently; for compressed files the
+line is the decompressed line. Compressed data that ends early or is corrupt is a
+``bad_compression`` problem at the line where reading stopped.
 """
 
 from __future__ import annotations
 
 import glob
+import gzip
+import io
 import json
 import os
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 
@@ -25,6 +36,7 @@ PROBLEM_KINDS = (
     "bad_utf8",  # bytes that are not UTF-8 (or a lone surrogate escape)
     "empty_document",  # only whitespace
     "empty_input",  # a file with no documents at all
+    "bad_compression",  # gzip/zstd data that is truncated or corrupt (reading stops there)
 )
 PARQUET_BATCH_ROWS = 1024
 
@@ -75,40 +87,204 @@ def expand_inputs(patterns: Iterable[str]) -> list[str]:
     return out
 
 
-def detect_format(path: str) -> str:
-    """``jsonl`` | ``parquet`` | ``text`` from the file name."""
-    lower = path.lower()
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+PARQUET_MAGIC = b"PAR1"
+ARROW_FILE_MAGIC = b"ARROW1"
+HF_STATE = "state.json"  # what marks a ``save_to_disk`` directory
+
+
+def _format_by_name(name: str) -> str:
+    lower = name.lower()
     if lower.endswith((".jsonl", ".ndjson", ".json")):
         return "jsonl"
     if lower.endswith(".parquet"):
         return "parquet"
+    if lower.endswith(".arrow"):
+        return "arrow"
     return "text"
+
+
+def detect_input(path: str) -> tuple[str, str | None]:
+    """``(format, compression)`` of an input: format ``jsonl`` | ``parquet`` | ``arrow`` (one
+    IPC file) | ``hf_dataset`` (a ``save_to_disk`` directory) | ``text``; compression ``gzip``
+    | ``zstd`` | None. By content first (magic bytes; a directory holding ``state.json``), then
+    by name. ValueError (naming the path) for a directory that is not a saved dataset."""
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, HF_STATE)):
+            return "hf_dataset", None
+        if os.path.isfile(os.path.join(path, "dataset_dict.json")):
+            raise ValueError(f"{path}: a saved DatasetDict; give one split's directory "
+                             f"(e.g. {os.path.join(path, 'train')})")
+        raise ValueError(f"{path}: a directory, but not a Hugging Face dataset saved with "
+                         f"save_to_disk (no {HF_STATE})")
+    with open(path, "rb") as f:
+        head = f.read(6)
+    if head.startswith(PARQUET_MAGIC):
+        return "parquet", None
+    if head.startswith(ARROW_FILE_MAGIC):
+        return "arrow", None
+    name = path
+    compression = None
+    if head.startswith(GZIP_MAGIC):
+        compression = "gzip"
+    elif head.startswith(ZSTD_MAGIC):
+        compression = "zstd"
+    if compression is not None:
+        lower = name.lower()
+        for ext in (".gz", ".gzip", ".zst", ".zstd"):
+            if lower.endswith(ext):
+                name = name[: -len(ext)]
+                break
+        fmt = _format_by_name(name)
+        if fmt in ("parquet", "arrow"):
+            raise ValueError(f"{path}: {compression}-compressed {fmt} is not supported; "
+                             "decompress it first")
+        return fmt, compression
+    fmt = _format_by_name(name)
+    if fmt == "parquet":
+        raise ValueError(f"{path}: not a parquet file (it does not start with PAR1)")
+    return fmt, None
+
+
+def detect_format(path: str) -> str:
+    """The record format of :func:`detect_input` (``jsonl`` | ``parquet`` | ``arrow`` |
+    ``hf_dataset`` | ``text``)."""
+    return detect_input(path)[0]
+
+
+def _open_binary(path: str, compression: str | None) -> io.BufferedIOBase:
+    if compression == "gzip":
+        return gzip.open(path, "rb")
+    if compression == "zstd":
+        try:
+            import zstandard
+        except ImportError:
+            raise ValueError(f"{path}: zstd-compressed (starts 28 b5 2f fd), but the "
+                             "'zstandard' module is not installed here; decompress it first "
+                             "(zstd -d) or give a .gz/.jsonl file") from None
+        raw = open(path, "rb")
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(
+            raw, read_across_frames=True, closefd=True))
+    return open(path, "rb")
+
+
+def _compression_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [EOFError, gzip.BadGzipFile, zlib.error]
+    try:
+        import zstandard
+
+        errors.append(zstandard.ZstdError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def _lines(path: str, compression: str | None) -> Iterator[tuple[int, bytes] | Problem]:
+    """``(1-based line, bytes)`` of a file, decompressing; a truncated or corrupt stream
+    ends with a ``bad_compression`` Problem at the line where reading stopped."""
+    lineno = 0
+    with _open_binary(path, compression) as f:
+        try:
+            for number, line in enumerate(f, 1):
+                lineno = number
+                yield lineno, line
+        except _compression_errors() as err:
+            yield Problem("bad_compression", path, lineno + 1,
+                          f"{compression} data ends or breaks here ({err or type(err).__name__}); "
+                          "the rest of the file is not read")
 
 
 def read_records(path: str, json_key: str = "text") -> Iterator[Record | Problem]:
     """Stream the records of one file; a file-level problem is yielded as a Problem."""
-    fmt = detect_format(path)
+    fmt, compression = detect_input(path)
     if fmt == "parquet":
         yield from _read_parquet(path, json_key)
         return
-    with open(path, "rb") as f:
-        if fmt == "jsonl":
-            for lineno, line in enumerate(f, 1):
-                if not line.isspace():
-                    yield Record(path, lineno, fmt, line)
-            return
-        doc: list[bytes] = []
-        start = 0
-        for lineno, line in enumerate(f, 1):
-            if not line.isspace():
-                if not doc:
-                    start = lineno
-                doc.append(line)
-            elif doc:
+    if fmt == "hf_dataset":
+        yield from _read_hf_dataset(path, json_key)
+        return
+    if fmt == "arrow":
+        yield from _read_arrow(path, json_key)
+        return
+    if fmt == "jsonl":
+        for item in _lines(path, compression):
+            if isinstance(item, Problem):
+                yield item
+            elif not item[1].isspace():
+                yield Record(path, item[0], fmt, item[1])
+        return
+    doc: list[bytes] = []
+    start = 0
+    for item in _lines(path, compression):
+        if isinstance(item, Problem):
+            if doc:
                 yield Record(path, start, fmt, b"".join(doc))
                 doc = []
-        if doc:
+            yield item
+            continue
+        lineno, line = item
+        if not line.isspace():
+            if not doc:
+                start = lineno
+            doc.append(line)
+        elif doc:
             yield Record(path, start, fmt, b"".join(doc))
+            doc = []
+    if doc:
+        yield Record(path, start, fmt, b"".join(doc))
+
+
+def hf_dataset_files(directory: str) -> list[str]:
+    """The arrow files of a ``save_to_disk`` directory, in ``state.json``'s order
+    (``_data_files``); ValueError naming the file for a state that is unreadable, names a
+    path that is not a plain file name, or a file that is not there."""
+    state_path = os.path.join(directory, HF_STATE)
+    try:
+        with open(state_path, encoding="utf-8") as f:
+            state = json.load(f)
+        names = [entry["filename"] for entry in state["_data_files"]]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{state_path}: not a datasets state file ({err})") from None
+    out = []
+    for name in names:
+        if not isinstance(name, str) or os.path.basename(name) != name or name in ("", ".", ".."):
+            raise ValueError(f"{state_path}: data file {name!r} is not a plain file name")
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            raise ValueError(f"{state_path}: names {name}, which is not in {directory}")
+        out.append(path)
+    return out
+
+
+def _read_hf_dataset(directory: str, column: str) -> Iterator[Record | Problem]:
+    for path in hf_dataset_files(directory):
+        yield from _read_arrow(path, column)
+
+
+def _read_arrow(path: str, column: str) -> Iterator[Record | Problem]:
+    """One Arrow IPC file (stream format, as ``datasets`` writes, or file format), a record
+    batch at a time; a row's line is its 1-based row in this file."""
+    import pyarrow as pa
+
+    with pa.memory_map(path) as source:
+        with open(path, "rb") as f:
+            is_file = f.read(6) == ARROW_FILE_MAGIC
+        try:
+            reader = pa.ipc.open_file(source) if is_file else pa.ipc.open_stream(source)
+        except pa.ArrowInvalid as err:
+            raise ValueError(f"{path}: not an Arrow IPC file ({err})") from None
+        schema = reader.schema
+        if column not in schema.names:
+            yield Problem("missing_key", path, 0, f"no column {column!r} (has {schema.names})")
+            return
+        batches = (reader.get_batch(i) for i in range(reader.num_record_batches)) \
+            if is_file else reader
+        row = 0
+        for batch in batches:
+            for value in batch.column(column).to_pylist():
+                row += 1
+                yield Record(path, row, "arrow", value)
 
 
 def _read_parquet(path: str, column: str) -> Iterator[Record | Problem]:
@@ -151,7 +327,7 @@ def parse_record(rec: Record, json_key: str = "text") -> str | Problem:
         if not isinstance(raw, str):
             return Problem("bad_type", rec.file, rec.line,
                            f"{json_key!r} is {type(raw).__name__}, not a string")
-    elif rec.fmt == "parquet" and raw is None:
+    elif rec.fmt in ("parquet", "arrow") and raw is None:
         return Problem("missing_key", rec.file, rec.line, f"null {json_key!r}")
     if isinstance(raw, bytes):
         raw = _decode(raw, rec)

@@ -7,6 +7,11 @@ tokenizer or, for a masked LM, not split into sentences; a model vocabulary smal
 tokenizer's; a position table shorter than ``data.seq_length`` (``model.extra`` included: the
 check reads the Hugging Face config the run will build); and a split that is asked for samples
 but holds no token (megatron's dataset build would loop forever on it). It only reads.
+
+Shards with no manifest (another tool's, e.g. megatron-core's ``IndexedDatasetBuilder``) are
+accepted with a warning (once, naming the prefix) that the tokenizer cannot be verified: their
+index is checked against the ``.bin``, and their tokens are scanned (``max_token_id``, one
+read of the whole ``.bin``) for an id the model's or the tokenizer's vocabulary does not hold.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import os
 from typing import Any
 
 from mlsys.config import ConfigError, RunConfig
-from mlsys.data.indexed import IncompleteDataset, check_complete
+from mlsys.data.indexed import IncompleteDataset, max_token_id, read_shards, warn_foreign
 from mlsys.data.tokenizer_meta import META_FILE, meta_path, read_meta
 from mlsys.models import hf_config
 
@@ -57,6 +62,24 @@ def check_model_fits(cfg: RunConfig, vocab_size: int, source: str) -> None:
                               f"{cfg.data.seq_length}")
 
 
+def check_token_ids(cfg: RunConfig, data_prefix: str, tokenizer_vocab: int,
+                    tokenizer_dir: str) -> None:
+    """Every token id in ``PREFIX.bin`` is below the model's vocabulary size and the
+    tokenizer's (scans the whole ``.bin``)."""
+    top = max_token_id(data_prefix)
+    fields = cfg.family.fields
+    vocab = getattr(hf_config(cfg.model, tokenizer_vocab), fields.vocab)
+    if top >= vocab:
+        raise ConfigError(f"data.data_prefix: {data_prefix}.bin holds token id {top}, beyond "
+                          f"the model's vocabulary ({_field_name(cfg, fields.vocab, 'vocab_size')}"
+                          f" {vocab} ids): tokenized with another tokenizer than "
+                          f"data.tokenizer_dir {tokenizer_dir}?")
+    if top >= tokenizer_vocab:
+        raise ConfigError(f"data.data_prefix: {data_prefix}.bin holds token id {top}, beyond "
+                          f"the vocabulary of data.tokenizer_dir {tokenizer_dir} "
+                          f"({tokenizer_vocab} ids): tokenized with another tokenizer?")
+
+
 def split_tokens(data_prefix: str, kind: str, split: str) -> list[int]:
     """Tokens in each of megatron's train/valid/test splits of ``data_prefix`` (its own split
     arithmetic: by sequence for a causal LM, by document for a masked LM)."""
@@ -92,16 +115,22 @@ def check_text_data(cfg: RunConfig, tokenizer_dir: str, data_prefix: str,
     try:
         size = sum(os.path.getsize(f"{data_prefix}.{e}") for e in ("bin", "idx")
                    if os.path.exists(f"{data_prefix}.{e}"))
-        manifest = check_complete(data_prefix, checksums=size <= HASH_LIMIT_BYTES)
+        manifest = read_shards(data_prefix, checksums=size <= HASH_LIMIT_BYTES)
     except IncompleteDataset as err:
         raise ConfigError(f"data.data_prefix: {err}") from None
-    if manifest.get("tokenizer_sha256") != meta.get("model_sha256"):
+    foreign = bool(manifest.get("foreign"))
+    if foreign:
+        warn_foreign(data_prefix, tokenizer_dir)
+    elif manifest.get("tokenizer_sha256") != meta.get("model_sha256"):
         raise ConfigError(f"data.data_prefix: {data_prefix} was tokenized with another "
                           f"tokenizer than data.tokenizer_dir {tokenizer_dir}")
     if cfg.kind == "masked" and not manifest.get("split_sentences"):
         raise ConfigError(f"data.data_prefix: {data_prefix}: a masked LM needs shards made "
-                          "with --split-sentences")
+                          "with --split-sentences" + (" (its index holds one sequence per "
+                                                      "document)" if foreign else ""))
     check_model_fits(cfg, int(meta["vocab_size"]), tokenizer_dir)
+    if foreign:
+        check_token_ids(cfg, data_prefix, int(meta["vocab_size"]), tokenizer_dir)
     for name, want, have in zip(SPLIT_NAMES, samples, split_tokens(data_prefix, cfg.kind,
                                                                    cfg.data.split), strict=True):
         if want and not have:

@@ -12,6 +12,14 @@ A prefix is *complete* when ``PREFIX.manifest.json`` (``mlsys.data.manifest``; w
 ``checksums=True`` also its ``bin_sha256``/``idx_sha256``. :func:`check_complete` returns that
 manifest or raises ``IncompleteDataset`` naming the file, so an interrupted writer leaves
 nothing that passes for a dataset. Shards another tool wrote (no manifest) are never complete.
+
+*Foreign* shards (``.bin``/``.idx`` with no manifest, as megatron-core's own
+``IndexedDatasetBuilder`` writes them) are read by :func:`read_shards`: their index is checked
+against the ``.bin`` (:func:`index_problem`) and a summary of the index stands in for the
+manifest (``foreign: True``); :func:`max_token_id` scans their tokens (the tokenizer that made
+them cannot be verified, so the ids are checked against the vocabulary instead). An
+interrupted replacement by ``data_prep`` (manifest removed, new files published) looks the same,
+which is why both checks run.
 """
 
 from __future__ import annotations
@@ -19,13 +27,15 @@ from __future__ import annotations
 import json
 import os
 import struct
+import sys
 
 import numpy as np
 
 from mlsys.data.manifest import IncompleteDataset, manifest_path, sha256_file
 
 __all__ = ["DTYPE_CODES", "FORMAT", "INDEX_HEADER", "IncompleteDataset", "check_complete",
-           "index_problem", "token_dtype"]
+           "foreign_summary", "index_problem", "max_token_id", "read_shards", "token_dtype",
+           "warn_foreign"]
 
 FORMAT = "mlsys-shards-1"  # the manifest's ``format``
 INDEX_HEADER = b"MMIDIDX\x00\x00"
@@ -103,3 +113,73 @@ def check_complete(prefix: str, checksums: bool = False) -> dict:
             if want is not None and sha256_file(f"{prefix}.{ext}") != want:
                 raise IncompleteDataset(f"{prefix}.{ext}: contents differ from {mpath} (sha256)")
     return manifest
+
+
+def _index_header(prefix: str) -> tuple[np.dtype, int, int]:
+    with open(f"{prefix}.idx", "rb") as f:
+        head = f.read(HEADER_BYTES)
+    code = head[len(INDEX_HEADER) + 8]
+    n_seq, n_docs = struct.unpack("<QQ", head[len(INDEX_HEADER) + 9:])
+    return next(t for t, c in DTYPE_CODES.items() if c == code), n_seq, n_docs
+
+
+def foreign_summary(prefix: str) -> dict:
+    """What the index of shards without a manifest says, in the manifest's keys (plus
+    ``foreign: True``); IncompleteDataset (naming the file) when the index and the ``.bin``
+    disagree. ``split_sentences`` is True when some document holds more than one sequence."""
+    problem = index_problem(prefix)
+    if problem is not None:
+        raise IncompleteDataset(problem)
+    dtype, n_seq, n_docs = _index_header(prefix)
+    bin_bytes = os.path.getsize(f"{prefix}.bin")
+    num_documents = max(n_docs - 1, 0)  # document indices start with 0
+    return {"foreign": True, "format": None, "tokenizer_sha256": None, "dtype": dtype.name,
+            "num_sequences": n_seq, "num_documents": num_documents,
+            "num_tokens": bin_bytes // dtype.itemsize, "bin_bytes": bin_bytes,
+            "idx_bytes": os.path.getsize(f"{prefix}.idx"),
+            "split_sentences": n_seq > num_documents}
+
+
+def read_shards(prefix: str, checksums: bool = False) -> dict:
+    """:func:`check_complete`'s manifest for shards of ours; for ``.bin`` + ``.idx`` without
+    a manifest, :func:`foreign_summary`; IncompleteDataset otherwise (no manifest and a file
+    missing: the message of :func:`check_complete`)."""
+    if not os.path.exists(manifest_path(prefix)) and all(
+            os.path.isfile(f"{prefix}.{ext}") for ext in ("bin", "idx")):
+        return foreign_summary(prefix)
+    return check_complete(prefix, checksums=checksums)
+
+
+_max_ids: dict[tuple, int] = {}
+
+
+def max_token_id(prefix: str) -> int:
+    """The largest token id in ``PREFIX.bin`` (-1 if it holds none): numpy's max over the
+    memory-mapped file, so it reads every byte once (remembered per process for the same
+    file size and modification time)."""
+    dtype = _index_header(prefix)[0]
+    st = os.stat(f"{prefix}.bin")
+    key = (os.path.abspath(prefix), st.st_size, st.st_mtime_ns)
+    if key not in _max_ids:
+        if st.st_size < dtype.itemsize:
+            _max_ids[key] = -1
+        else:
+            tokens = np.memmap(f"{prefix}.bin", dtype=dtype, mode="r")
+            _max_ids[key] = int(tokens.max())
+            del tokens
+    return _max_ids[key]
+
+
+_warned: set[str] = set()
+
+
+def warn_foreign(prefix: str, tokenizer_dir: str) -> None:
+    """Say once per process (on stderr) that shards without a manifest cannot be verified
+    against the tokenizer."""
+    if prefix in _warned:
+        return
+    _warned.add(prefix)
+    print(f"warning: data.data_prefix {prefix}: no manifest of data_prep's (shards another "
+          f"tool wrote, e.g. megatron-core's IndexedDatasetBuilder); the tokenizer "
+          f"{tokenizer_dir} cannot be verified against them: only the index against the .bin "
+          "and the token ids against the vocabulary are checked", file=sys.stderr, flush=True)

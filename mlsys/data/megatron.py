@@ -2,7 +2,9 @@
 
 ``build_datasets`` reads shards written by ``python -m data_prep shards`` through megatron-core's
 ``BlendedMegatronDatasetBuilder`` with its ``GPTDataset`` or ``BERTMaskedWordPieceDataset``
-(train/valid/test by ``split``). Samples are a pure function of (shards, seed, sizes, index): the
+(train/valid/test by ``split``); shards
+another tool wrote (no manifest) are read with a warning (``mlsys.data.indexed.read_shards``).
+Samples are a pure function of (shards, seed, sizes, index): the
 same seed gives the same sample at the same index, on any rank, in any process. ``num_samples``
 may exceed one epoch (megatron reshuffles and repeats).
 
@@ -26,7 +28,7 @@ import numpy as np
 import torch
 from megatron.core.tokenizers import MegatronTokenizerBase
 
-from mlsys.data.indexed import check_complete
+from mlsys.data.indexed import max_token_id, read_shards, warn_foreign
 from mlsys.data.tokenizer_meta import read_meta
 
 WORD_START = "\u2581"
@@ -147,7 +149,9 @@ def build_datasets(kind: str, data_prefix: str, tokenizer_dir: str, seq_length: 
     """(train, valid, test) megatron-core datasets over ``data_prefix`` (None for an empty split).
 
     Every rank calls it (with a process group, rank 0 builds the index caches first). Raises
-    ValueError if the shards are incomplete or were made with another tokenizer. Sample dicts
+    ValueError if the shards are incomplete or were made with another tokenizer (for shards
+    without a manifest: if a token id is beyond the tokenizer's vocabulary, which each
+    process checks by scanning the ``.bin`` once). Sample dicts
     are megatron's (GPT: ``tokens``, ``labels``, ``loss_mask``, ``position_ids``; BERT: ``text``,
     ``types``, ``labels``, ``padding_mask``, ``loss_mask``, ``is_random``); see :func:`collate_hf`.
     ``cache_dir`` defaults to ``<dir of data_prefix>/cache``.
@@ -159,8 +163,15 @@ def build_datasets(kind: str, data_prefix: str, tokenizer_dir: str, seq_length: 
     if kind not in ("causal", "masked"):
         raise ValueError(f"kind must be 'causal' or 'masked', not {kind!r}")
     tokenizer = load_tokenizer(tokenizer_dir)
-    manifest = check_complete(data_prefix)
-    if manifest["tokenizer_sha256"] != tokenizer.meta["model_sha256"]:
+    manifest = read_shards(data_prefix)
+    if manifest.get("foreign"):  # another tool's shards: only the ids can be checked
+        if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
+            warn_foreign(data_prefix, tokenizer_dir)
+        top = max_token_id(data_prefix)
+        if top >= tokenizer.vocab_size:
+            raise ValueError(f"{data_prefix}.bin holds token id {top}, beyond the vocabulary "
+                             f"of {tokenizer_dir} ({tokenizer.vocab_size} ids)")
+    elif manifest["tokenizer_sha256"] != tokenizer.meta["model_sha256"]:
         raise ValueError(f"{data_prefix} was tokenized with another tokenizer "
                          f"({manifest['tokenizer_sha256'][:12]}) than {tokenizer_dir} "
                          f"({tokenizer.meta['model_sha256'][:12]})")

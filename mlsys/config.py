@@ -108,6 +108,18 @@ class ModelConfig(_Strict):
     scaled_dot_product_attention), ``eager`` (plain matmul-softmax), ``flash_attention_2``
     (needs the flash-attn package and bf16), ``flash_attention_3`` or ``flex_attention``;
     unset, Hugging Face chooses. ``--set`` may add new keys here (only here)."""
+    init_from: str | None = None
+    """Start from weights: a Hugging Face model directory of this family (another run's
+    ``final/``, a ``save_pretrained`` directory with safetensors: ``model.safetensors`` or a
+    ``model.safetensors.index.json`` and its shards). On a fresh start the level-1 model is
+    built as usual, then its parameters are set to the directory's (also under ZeRO-3), before
+    the optimizer sees them; with ``vcycle.growth`` it is then coalesced to the first phase's
+    level; the run evaluates the loaded model at step 0. Checked before the run directory is
+    touched (``mlsys.train.init_from``): the directory's ``config.json`` must have this
+    family's ``model_type`` and the level-1 model's hidden size, layers, heads, ffn,
+    vocabulary and positions, and its weights every parameter at its shape. A resume loads
+    its checkpoint instead (the directory is not read again), and the field is compared on
+    resume like any other. null: a fresh initialisation (seeded by ``train.seed``)."""
 
     @field_validator("family")
     @classmethod

@@ -5,8 +5,9 @@ tensor: the optimizer's fp32 master when the module belongs to a DeepSpeed engin
 (``safe_get_full_fp32_param``; collective: every rank calls it in the same order), a
 ``GatheredParameters`` view for a partitioned module outside an engine, the tensor itself for a
 plain module. Only rank 0 keeps them. ``save_weights`` writes them (rank 0, temp name, rename).
-``load_weights`` copies a file into a module: partitioned parameters through
-``GatheredParameters(modifier_rank=0)`` so the new values are re-partitioned, plain ones directly.
+``load_weights`` copies a file into a module (``copy_full`` per parameter: partitioned ones
+through ``GatheredParameters(modifier_rank=0)`` so the new values are re-partitioned, plain
+ones directly).
 Tied parameters appear once (``named_parameters`` de-duplicates them).
 """
 
@@ -68,6 +69,15 @@ def load_weights(module: torch.nn.Module, path: str | Path) -> None:
             shape = tuple(full_shape(param))
             if tuple(value.shape) != shape:
                 raise ValueError(f"{path}: {name}: shape {tuple(value.shape)} != model {shape}")
-            with write_full([param]), torch.no_grad():
-                if rank() == 0 or not is_partitioned(param):  # rank 0's is re-partitioned
-                    param.data.copy_(value.to(param.dtype))
+            copy_full(param, value)
+
+
+def copy_full(param: torch.nn.Parameter, value: torch.Tensor | None) -> None:
+    """Set ``param`` to the full tensor ``value`` (cast to its dtype): a partitioned parameter
+    through ``GatheredParameters(modifier_rank=0)``, so rank 0's value is re-partitioned
+    (collective; ``value`` is only read on rank 0 there, other ranks may pass None), a plain
+    one directly."""
+    with write_full([param]), torch.no_grad():
+        if rank() == 0 or not is_partitioned(param):  # rank 0's is re-partitioned
+            assert value is not None
+            param.data.copy_(value.to(param.dtype))

@@ -10,7 +10,8 @@ a run resumes at the newest one. At the end rank 0 exports ``final/`` and plots 
 against FLOPs (layout: ``mlsys.train.rundir``).
 
 Before anything in the run directory is created, changed or removed, the data is checked
-against the config (``mlsys.data.run_data.check_run_data``); then rank 0 claims and locks the
+against the config (``mlsys.data.run_data.check_run_data``), and so is ``model.init_from``
+on a start that may be fresh (``mlsys.train.init_from``); then rank 0 claims and locks the
 directory and decides how the run starts (``mlsys.train.resume.open_run``), holding the lock
 until the run ends. Signals: before the first step a stop signal ends the run at once (nothing
 to save, ``Interrupted``); from then on it is honoured at the next step record, and after a
@@ -38,10 +39,12 @@ from mlsys.distributed.process import barrier, initialized, rank, world_size
 from mlsys.distributed.weights_io import gather_weights
 from mlsys.flops import dims_of, flops_per_step
 from mlsys.models import build_model, hf_config, level_config
+from mlsys.operators import coalesce
 from mlsys.train import checkpoint as ckpt
 from mlsys.train.engine import build_engine, destroy_engine
 from mlsys.train.evaluate import validation_metrics
 from mlsys.train.export import export_run_model
+from mlsys.train.init_from import check_before_start, load_init_weights
 from mlsys.train.memory import (
     device_memory_bytes,
     peak_memory_bytes,
@@ -79,6 +82,7 @@ class Controller:
         self.hf_ds: HfDeepSpeedConfig | None = HfDeepSpeedConfig(ds_config)  # keep alive
         self.log = MetricsLog(self.run_dir.metrics, enabled=False)  # opened by run()
         self.data: Any = None  # set by _prepare (collective: may build the corpus)
+        self.level1: Any = None  # the level-1 Hugging Face config
         self.configs: dict[int, Any] = {}  # level -> Hugging Face config
         self.step_flops: dict[int, int] = {}  # level -> FLOPs of one optimizer step
         self.engine: Any = None
@@ -92,7 +96,7 @@ class Controller:
         monitors; ``logged_through``: what they have from before a resume), the configs."""
         cfg, g = self.cfg, self.cfg.train.global_batch_size
         self.data = build_run_data(cfg, cfg.train_samples, cfg.train.eval_batches * g)
-        level1 = hf_config(cfg.model, self.data.vocab_size)
+        level1 = self.level1 = hf_config(cfg.model, self.data.vocab_size)
         self.configs = {lv: level_config(level1, lv, cfg.vcycle)
                         for lv in sorted({p.level for p in cfg.phases})}
         self.step_flops = {lv: flops_per_step(dims_of(c), cfg.data.seq_length, g,
@@ -106,12 +110,20 @@ class Controller:
             write_json(self.run_dir.ds_config, self.ds_config)
 
     def _start(self, tag: str | None) -> None:
-        """The first engine: a fresh level-1 model, or the checkpoint ``tag``'s phase."""
+        """The first engine: a fresh model of the first phase's level (``model.init_from``:
+        the loaded level-1 model, coalesced to it; then evaluated at step 0), or the
+        checkpoint ``tag``'s phase."""
         phase = 0 if tag is None else ckpt.read_state(self.run_dir.checkpoints, tag).phase
-        model = build_model(self.configs[self.cfg.phases[phase].level], self.cfg.train.seed)
+        level = self.cfg.phases[phase].level
+        if tag is None and self.cfg.model.init_from is not None:
+            model = self._loaded_model(level)
+        else:
+            model = build_model(self.configs[level], self.cfg.train.seed)
         if tag is None:
             torch.manual_seed(self.cfg.train.seed + 1 + self.rank)  # dropout stream per rank
             self._new_engine(model, 0)
+            if self.cfg.model.init_from is not None:
+                self._evaluate()  # the loaded model's validation loss, before any step
             return
         self._new_engine(model, phase)
         self.state = ckpt.load_checkpoint(self.engine, self.run_dir.checkpoints, tag)
@@ -119,6 +131,17 @@ class Controller:
             evals = [r for r in read_metrics(self.run_dir.metrics) if r["event"] == "eval"]
             self.last_val = evals[-1]["val_loss"] if evals else None
         self._record("resume", tag=tag)
+
+    def _loaded_model(self, level: int) -> torch.nn.Module:
+        """The level-1 model with ``model.init_from``'s weights, coalesced to ``level``
+        (collective under ZeRO-3)."""
+        v = self.cfg.vcycle
+        model = build_model(self.level1, self.cfg.train.seed)
+        load_init_weights(model, self.cfg.model.init_from)
+        for _ in range(level - 1):
+            model = coalesce(model, width=v.width, depth=v.depth, scheme=v.scheme,
+                             depth_mapping=v.depth_mapping)
+        return model
 
     def _new_engine(self, model: torch.nn.Module, phase: int) -> None:
         self.engine = build_engine(model, without_monitors(self.ds_config), self.cfg.train,
@@ -297,6 +320,7 @@ class Controller:
         """The whole run: returns {status: done|preempted|already-done, val_loss, flops, ...}."""
         cfg, g = self.cfg, self.cfg.train.global_batch_size
         check_run_data(cfg, cfg.train_samples, cfg.train.eval_batches * g)
+        check_before_start(self.run_dir, cfg, self.resume)
         start, lock = open_run(self.run_dir, cfg, self.resume, self.accept_changes, self.world)
         try:
             if start.already_done:

@@ -94,6 +94,8 @@ def export_run_model(weights: dict[str, torch.Tensor], config: PretrainedConfig,
             "training FLOPs": f"{state.flops:.4g}",
             "validation loss": None if val_loss is None else f"{val_loss:.4f}",
             "phases": [p.model_dump() for p in cfg.phases]}
+    if cfg.model.init_from is not None:
+        card["initialised from"] = cfg.model.init_from
     if length > 1:
         card["length factor (validation loss at it; mlsys.length)"] = length
     generation = None

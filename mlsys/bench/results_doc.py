@@ -43,11 +43,11 @@ def render(result: dict[str, Any], png_name: str, cmd: str) -> str:
              f"**Target** (the best baseline of the budget, smoothed final validation loss): "
              f"`{result['target']}`, {result['target_val_loss']:.4f}."]
     if result.get("grid_edge"):
-        lines.append(f"**Warning**: {result['grid_edge']}: the grid does not bracket the "
+        lines.append(f"\n**Warning**: {result['grid_edge']}: the grid does not bracket the "
                      "target's lr, so the target may not be the best baseline.")
     lines += ["", f"{len(runs)} finished runs: {len(runs) - len(cycles)} baselines, "
-              f"{len(cycles)} V-cycles (their records: "
-              f"`bench/results/{result['profile']}/{result['family']}/`).",
+              f"{len(cycles)} V-cycles (their records: `bench/results/<profile>/"
+              f"{result['family']}/`, under the profile that declares each run).",
               "", "Saved (a): the FLOPs to reach the target against the target baseline's own "
               "FLOPs to it. Saved (b): `1 − FLOPs / frontier FLOPs`, the frontier being the "
               "lower envelope of every baseline's (FLOPs, smoothed final loss); "

@@ -7,8 +7,6 @@ resume from the checkpoint inside the length level reproduces the run's losses."
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,10 +14,15 @@ import pytest
 from mlsys.config import load_run_config
 from mlsys.flops import dims_of, flops_per_step
 from mlsys.models import hf_config, level_config
-from mlsys.train.checkpoint import complete_tags
 from mlsys.train.metrics import read_metrics
 from tests.test_resume import assert_same
-from tests.tiny_run import exported_val_loss, run_config, train, write_yaml
+from tests.tiny_run import (
+    exported_val_loss,
+    keep_only_checkpoint,
+    run_config,
+    train,
+    write_yaml,
+)
 
 PHASES = [{"level": 1, "steps": 2, "lr": 3e-3, "warmup": 1},
           {"level": 2, "steps": 4, "lr": 5e-3, "warmup": 1},
@@ -98,16 +101,7 @@ def test_length_level_trains_exports_and_resumes(gpt_data: dict, tmp_path: Path)
 
     # Resume from the checkpoint inside the length level (global step 4 = its 2nd step). The
     # finished run's done.json and final/ go too (a finished run is never retrained).
-    (tmp_path / "run" / "done.json").unlink()
-    shutil.rmtree(final)
-    root = tmp_path / "run" / "checkpoints"
-    inside = [t for t in complete_tags(root)
-              if json.loads((root / t / "controller.json").read_text())["phase"] == 1
-              and json.loads((root / t / "controller.json").read_text())["step_in_phase"] == 2]
-    assert inside, complete_tags(root)
-    for t in complete_tags(root):
-        if t != inside[-1]:
-            shutil.rmtree(root / t)
+    keep_only_checkpoint(tmp_path / "run", phase=1, step_in_phase=2)
     train(config, "zero1.json", nproc=1, extra=("--resume",), log=tmp_path / "resume.log")
     again = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert sum(r["event"] == "resume" for r in again) == 1

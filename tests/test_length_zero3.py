@@ -8,18 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from mlsys.distributed.spawn import start_ranks
-from mlsys.train.checkpoint import complete_tags
 from mlsys.train.metrics import read_metrics
 from tests.test_resume import assert_same
-from tests.tiny_run import REPO, _wait, run_config, write_yaml
+from tests.tiny_run import REPO, keep_only_checkpoint, run_config, train, write_yaml
 
 PHASES = [{"level": 1, "steps": 2, "lr": 3e-3, "warmup": 1},
           {"level": 2, "steps": 4, "lr": 5e-3, "warmup": 1},
@@ -27,19 +22,10 @@ PHASES = [{"level": 1, "steps": 2, "lr": 3e-3, "warmup": 1},
 HOOK = REPO / "tests" / "workers" / "record_reads"
 
 
-def _train(config: Path, ds: str, ranks: int, reads: Path, log: Path,
-           extra: tuple[str, ...] = ()) -> None:
-    reads.mkdir()
-    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1",
-               PYTHONPATH=f"{HOOK}{os.pathsep}{REPO}", MLSYS_TEST_READS=str(reads))
-    with open(log, "w") as out:
-        procs = start_ranks("launch.train", ["--config", str(config), "--ds_config",
-                                             str(REPO / "configs" / "ds" / ds), "--no-progress",
-                                             *extra],
-                            ranks, env=env, cwd=str(REPO), stdout=out,
-                            stderr=subprocess.STDOUT)
-        code = _wait(procs, time.time() + 900)
-    assert code == 0, log.read_text()[-4000:]
+def _reads(directory: Path) -> dict[str, str]:
+    """The environment that records the loaders' requests into ``directory``."""
+    directory.mkdir()
+    return {"PYTHONPATH": f"{HOOK}{os.pathsep}{REPO}", "MLSYS_TEST_READS": str(directory)}
 
 
 @pytest.mark.slow
@@ -50,7 +36,7 @@ def test_length_level_on_two_ranks_zero3_with_mapped_adam(gpt_data: dict, tmp_pa
     raw["model"]["dropout"] = 0.0
     raw["vcycle"] = {"alpha": 0.8, "width": 2, "depth": 1, "length": 2, "optimizer": "map"}
     config = write_yaml(tmp_path / "run.yaml", raw)
-    _train(config, "zero3.json", 2, tmp_path / "reads", tmp_path / "run.log")
+    train(config, "zero3.json", 2, log=tmp_path / "run.log", environ=_reads(tmp_path / "reads"))
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     steps = [r for r in records if r["event"] == "step"]
     assert [(r["level"], r.get("length", 1)) for r in steps] == \
@@ -64,18 +50,9 @@ def test_length_level_on_two_ranks_zero3_with_mapped_adam(gpt_data: dict, tmp_pa
     assert sorted(read) == list(range(total * g))  # each sample once, k = 1, 2, 1
 
     # Resume inside the length level (global step 4, its 2nd step): the same losses.
-    (tmp_path / "run" / "done.json").unlink()
-    shutil.rmtree(tmp_path / "run" / "final")
-    root = tmp_path / "run" / "checkpoints"
-    inside = [t for t in complete_tags(root)
-              if json.loads((root / t / "controller.json").read_text())["phase"] == 1
-              and json.loads((root / t / "controller.json").read_text())["step_in_phase"] == 2]
-    assert inside, complete_tags(root)
-    for t in complete_tags(root):
-        if t != inside[-1]:
-            shutil.rmtree(root / t)
-    _train(config, "zero3.json", 2, tmp_path / "reads-resume", tmp_path / "resume.log",
-           ("--resume",))
+    keep_only_checkpoint(tmp_path / "run", phase=1, step_in_phase=2)
+    train(config, "zero3.json", 2, extra=("--resume",), log=tmp_path / "resume.log",
+          environ=_reads(tmp_path / "reads-resume"))
     again = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert sum(r["event"] == "resume" for r in again) == 1
     assert_same(records, again)

@@ -38,27 +38,53 @@ def env() -> dict[str, str]:
 
 
 def start(config: Path, ds: str, nproc: int = 2, extra: tuple[str, ...] = (),
-          log: Path | None = None) -> list[subprocess.Popen]:
+          log: Path | None = None, environ: dict[str, str] | None = None
+          ) -> list[subprocess.Popen]:
+    """Start launch/train.py on ``nproc`` ranks; ``environ`` overrides ``env()``'s variables."""
     from mlsys.distributed.spawn import start_ranks
 
     out = open(log, "w") if log is not None else subprocess.DEVNULL
     return start_ranks("launch.train", ["--config", str(config), "--ds_config",
                                         str(REPO / "configs" / "ds" / ds), "--no-progress",
-                                        *extra], nproc, env=env(), cwd=str(REPO),
-                       stdout=out, stderr=subprocess.STDOUT)
+                                        *extra], nproc, env={**env(), **(environ or {})},
+                       cwd=str(REPO), stdout=out, stderr=subprocess.STDOUT)
 
 
 def train(config: Path, ds: str, nproc: int = 2, extra: tuple[str, ...] = (),
-          log: Path | None = None, timeout: float = 900) -> None:
+          log: Path | None = None, timeout: float = 900,
+          environ: dict[str, str] | None = None) -> None:
     """Run launch/train.py on ``nproc`` ranks to completion; AssertionError with the log tail."""
     from mlsys.distributed.spawn import wait_ranks
 
-    procs = start(config, ds, nproc, extra, log)
+    procs = start(config, ds, nproc, extra, log, environ)
     deadline = time.time() + timeout
     code = wait_ranks(procs) if timeout is None else _wait(procs, deadline)
     if code != 0:
         tail = log.read_text()[-4000:] if log is not None else ""
         raise AssertionError(f"training exited {code}\n{tail}")
+
+
+def keep_only_checkpoint(run_dir: Path, phase: int, step_in_phase: int) -> str:
+    """Make a finished run one that stopped at its checkpoint of (``phase``,
+    ``step_in_phase``): ``done.json``, ``final/`` and every other tag removed (a finished run is
+    never retrained); returns the tag kept."""
+    import json
+    import shutil
+
+    from mlsys.train.checkpoint import complete_tags
+
+    (run_dir / "done.json").unlink()
+    shutil.rmtree(run_dir / "final")
+    root = run_dir / "checkpoints"
+    states = {t: json.loads((root / t / "controller.json").read_text())
+              for t in complete_tags(root)}
+    inside = [t for t, st in states.items()
+              if (st["phase"], st["step_in_phase"]) == (phase, step_in_phase)]
+    assert inside, list(states)
+    for t in states:
+        if t != inside[-1]:
+            shutil.rmtree(root / t)
+    return inside[-1]
 
 
 def _wait(procs: list[subprocess.Popen], deadline: float) -> int:

@@ -108,8 +108,9 @@ def _format_by_name(name: str) -> str:
 def detect_input(path: str) -> tuple[str, str | None]:
     """``(format, compression)`` of an input: format ``jsonl`` | ``parquet`` | ``arrow`` (one
     IPC file) | ``hf_dataset`` (a ``save_to_disk`` directory) | ``text``; compression ``gzip``
-    | ``zstd`` | None. By content first (magic bytes; a directory holding ``state.json``), then
-    by name. ValueError (naming the path) for a directory that is not a saved dataset."""
+    | ``zstd`` | None. By content first (magic bytes of a regular file; a directory holding
+    ``state.json``), then by name (a FIFO or pipe is never read ahead). ValueError (naming
+    the path) for a directory that is not a saved dataset."""
     if os.path.isdir(path):
         if os.path.isfile(os.path.join(path, HF_STATE)):
             return "hf_dataset", None
@@ -118,8 +119,10 @@ def detect_input(path: str) -> tuple[str, str | None]:
                              f"(e.g. {os.path.join(path, 'train')})")
         raise ValueError(f"{path}: a directory, but not a Hugging Face dataset saved with "
                          f"save_to_disk (no {HF_STATE})")
-    with open(path, "rb") as f:
-        head = f.read(6)
+    head = b""
+    if os.path.isfile(path):  # a pipe or FIFO is not read ahead: that would consume its data
+        with open(path, "rb") as f:
+            head = f.read(6)
     if head.startswith(PARQUET_MAGIC):
         return "parquet", None
     if head.startswith(ARROW_FILE_MAGIC):

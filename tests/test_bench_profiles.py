@@ -9,8 +9,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlsys.bench.profile import is_variant, load_profile, run_configs
-from mlsys.bench.runner import _same_config, select_runs
+from mlsys.bench.profile import (
+    Seeds,
+    is_variant,
+    load_profile,
+    run_configs,
+    seed_of,
+    without_seed,
+)
+from mlsys.bench.runner import BOOKKEEPING, _same_config, select_runs
 from mlsys.config import ConfigError, parse_run_config
 from mlsys.train.rundir import RunDir
 
@@ -155,3 +162,46 @@ def test_a_fork_from_the_source_end_must_train_on(tmp_path):
     (tmp_path / "configs" / "bench" / "short.yaml").write_text(yaml.safe_dump(profile))
     with pytest.raises(ConfigError, match=r"runs\.stable-long-lr2e-3\.fork: starts at step 1600"):
         run_configs(load_profile("short", tmp_path), "gpt", tmp_path)
+
+
+def test_seed_variants_repeat_the_headline_runs_and_their_trunks(tmp_path):
+    """``seeds`` repeats the named runs at other seeds: the same config but ``train.seed``,
+    named ``-seed<k>``; a forked run's source is repeated at the same seed and the fork
+    branches from that variant at the same step; the family's own runs are unchanged."""
+    profile = load_profile("cpu-budget-gpt", ROOT)
+    assert profile.seeds.values == [1235, 1236]
+    cfgs = run_configs(profile, "gpt", tmp_path)
+    plain = run_configs(profile.model_copy(update={"seeds": None}), "gpt", tmp_path)
+    assert {n: c for n, c in cfgs.items() if n in plain} == plain
+    for seed in (1235, 1236):
+        for name in ("wsd-lr2e-3-s2000", "gpt-ls-b2000-lr2e-3", "stable-lr2e-3"):
+            variant = cfgs[f"{name}-seed{seed}"]
+            assert parse_run_config({k: v for k, v in variant.items() if k != "fork"},
+                                    source=name).train.seed == seed
+            same = {k: v for k, v in variant.items() if k not in ("train", "name", "run_dir",
+                                                                   "fork")}
+            assert same == {k: v for k, v in cfgs[name].items()
+                            if k not in ("train", "name", "run_dir", "fork")}
+            other = ("seed", *BOOKKEEPING)  # a trunk variant keeps only its forks' checkpoints
+            assert {k: v for k, v in variant["train"].items() if k not in other} == {
+                k: v for k, v in cfgs[name]["train"].items() if k not in other}
+        assert cfgs[f"wsd-lr2e-3-s2000-seed{seed}"]["fork"] == {
+            "from": f"stable-lr2e-3-seed{seed}", "step": cfgs["wsd-lr2e-3-s2000"]["fork"]["step"]}
+        assert "fork" not in cfgs[f"gpt-ls-b2000-lr2e-3-seed{seed}"]
+    assert parse_run_config({k: v for k, v in cfgs["stable-lr2e-3"].items()},
+                            source="s").train.seed == 1234
+    assert not any(n.endswith("-seed1235") for n in plain)
+    assert is_variant("wsd-lr2e-3-s2000-seed1235", "wsd")
+    assert seed_of("wsd-lr2e-3-s2000-seed1235") == 1235 and seed_of("wsd-lr2e-3-s2000") is None
+    assert without_seed("wsd-lr2e-3-s2000-seed1235") == "wsd-lr2e-3-s2000"
+
+
+@pytest.mark.parametrize("seeds, match", [
+    ({"values": [1234], "runs": ["wsd-lr2e-3-s2000"]}, "1234 is the family's own seed"),
+    ({"values": [7], "runs": ["wsd-lr3e-3-s2000"]}, "wsd-lr3e-3-s2000 is not a run"),
+])
+def test_bad_seeds_name_the_field(seeds, match, tmp_path):
+    profile = load_profile("cpu-budget-gpt", ROOT).model_copy(
+        update={"seeds": Seeds.model_validate(seeds)})
+    with pytest.raises(ConfigError, match=match):
+        run_configs(profile, "gpt", tmp_path)

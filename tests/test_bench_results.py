@@ -7,6 +7,7 @@ before anything trains."""
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 from pathlib import Path
 
@@ -19,7 +20,9 @@ from mlsys.bench.profile import declared_in, load_profile, origin_of, run_config
 from mlsys.bench.report import compare
 from mlsys.bench.results import compact, read_result, result_path, write_result
 from mlsys.config import ConfigError
+from mlsys.train.checkpoint import complete_tags
 from mlsys.train.metrics import read_metrics
+from mlsys.train.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -90,8 +93,10 @@ def test_the_budget_profiles_ask_for_the_single_epoch_check():
 
 
 def _profile(root: Path, data: dict, lr: float = 1e-3, samples: int | None = None,
-             steps: int = 12, decay_fraction: float = 0.25, **extra) -> None:
-    """A tiny profile: a constant-lr trunk (12 steps) and a WSD decay forked from it."""
+             steps: int = 12, decay_fraction: float = 0.25, wsd_steps: int | None = None,
+             **extra) -> None:
+    """A tiny profile: a constant-lr trunk (12 steps) and a WSD decay forked from it (as
+    long, or ``wsd_steps``)."""
     profile = {
         "ds_config": str(REPO / "configs" / "ds" / "zero1.json"), "ranks": 1, "window": 2,
         "budget": steps, **extra,
@@ -109,7 +114,7 @@ def _profile(root: Path, data: dict, lr: float = 1e-3, samples: int | None = Non
                        "phases": [{"level": 1, "steps": steps, "lr": lr}]},
             "wsd": {"fork": {"from": "stable", "before_decay": True},
                     "train": {"decay": "wsd", "decay_fraction": decay_fraction},
-                    "phases": [{"level": 1, "steps": steps, "lr": lr}]}}}
+                    "phases": [{"level": 1, "steps": wsd_steps or steps, "lr": lr}]}}}
     (root / "configs" / "bench").mkdir(parents=True, exist_ok=True)
     (root / "configs" / "bench" / "tiny.yaml").write_text(yaml.safe_dump(profile))
 
@@ -275,3 +280,31 @@ def test_the_scheduler_puts_a_ready_fork_before_a_new_trunk(tmp_path, monkeypatc
     cfg["c-fork"] = {"name": "c-fork", "run_dir": "x", "fork": {"from": "c", "step": 1}}
     runner.train_all(cfg, "ds.json", 1, tmp_path, tmp_path, jobs=2, skip={"c-fork"})
     assert order == ["a", "b", "a-fork", "c"]
+
+
+def test_a_trunk_run_only_for_its_seed_forks_stops_once_they_branched(
+        gpt_data, tmp_path, training_env):
+    """A trunk's seed variant (run only because a headline run at that seed forks from it)
+    trains as far as its forks need: once they have branched it is stopped (checkpointed,
+    no result); the fork trains to its end from the trunk's checkpoint at the same seed."""
+    root = tmp_path / "repo"
+    _profile(root, gpt_data, steps=20000, wsd_steps=400, decay_fraction=0.5,  # forks at 200
+             seeds={"values": [7], "runs": ["wsd"]})
+    out = tmp_path / "runs" / "tiny"
+    profile = load_profile("tiny", root)
+    chosen = runner.select_runs(run_configs(profile, "gpt", out), ["stable-seed7", "wsd-seed7"])
+    assert runner.sources_only(profile, chosen) == {"stable-seed7"}
+    results = runner.Results(tmp_path / "results", "tiny", "gpt", root)
+    runner.train_all(chosen, profile.ds_config, 1, out, root, jobs=2, results=results,
+                     sources_only=runner.sources_only(profile, chosen))
+    trunk, fork = RunDir(out / "stable-seed7"), RunDir(out / "wsd-seed7")
+    assert fork.is_done() and not trunk.is_done()
+    trunk_steps = [r["step"] for r in read_metrics(trunk.metrics) if r["event"] == "step"]
+    assert 200 <= trunk_steps[-1] < 20000 and complete_tags(trunk.checkpoints)
+    records = read_metrics(fork.metrics)
+    assert [r["step"] for r in records if r["event"] == "step"][-1] == 400
+    assert [r for r in records if r["event"] == "eval" and r["step"] <= 200] == \
+        [r for r in read_metrics(trunk.metrics) if r["event"] == "eval" and r["step"] <= 200]
+    assert json.loads(trunk.run_config.read_text())["train"]["seed"] == 7
+    assert results.matching("wsd-seed7", chosen["wsd-seed7"]) is not None
+    assert not results.path("stable-seed7").exists()

@@ -27,6 +27,12 @@ rule), ``steps`` sets the length of the run's last phase (a one-phase run's leng
 V-cycle's final phase, for the same cycle at several budgets). A fork from a swept run
 branches from the variant with the same lr.
 
+``seeds: {values: [1235, 1236], runs: [wsd-lr2e-3-s2000, gpt-ls-b2000-lr2e-3]}`` adds the
+headline runs again at other seeds (``train.seed``: initialisation, data order, the
+transitions' noise), each named ``<run>-seed<k>``, with the runs they fork from at the same
+seed (``stable-lr2e-3-seed1235``): the run at the family's own seed keeps its plain name, so
+adding seeds leaves the existing runs, and their committed results, as they were.
+
 ``load_profile`` raises ``ConfigError`` naming the file and field; ``run_configs`` gives the
 run configs of one family (each validated by ``mlsys.config`` before anything trains).
 """
@@ -42,7 +48,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from mlsys.config import ConfigError, RunConfig, parse_run_config
+from mlsys.config import ConfigError, RunConfig, TrainConfig, parse_run_config
 from mlsys.train.schedule import decay_steps
 
 
@@ -86,6 +92,13 @@ class Sweep(_Strict):
         return grid[mid - 1: mid + 1] if len(grid) % 2 == 0 else grid[mid: mid + 1]
 
 
+class Seeds(_Strict):
+    """``values``: the extra seeds; ``runs``: the (expanded) run names to repeat at each."""
+
+    values: list[int] = Field(min_length=1)
+    runs: list[str] = Field(min_length=1)
+
+
 class Profile(_Strict):
     """``budget``: level-1 steps of the full budget; the target is the best baseline of that
     length, and longer baselines only extend the frontier (default: the longest baselines).
@@ -97,6 +110,7 @@ class Profile(_Strict):
     window: int = Field(default=3, gt=0)
     budget: int | None = Field(default=None, gt=0)
     single_epoch: bool = False  # every run must read fewer tokens than the train split holds
+    seeds: Seeds | None = None
     families: dict[str, dict[str, Any]] = Field(min_length=1)
     runs: dict[str, dict[str, Any]] = Field(min_length=1)
 
@@ -144,7 +158,19 @@ def _tag(value: float) -> str:
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
-_SWEEP_SUFFIX = r"(-lr\d+(\.\d+)?e-?\d+)?(-s\d+)?"  # what ``expand`` appends: _tag, steps
+_SWEEP_SUFFIX = r"(-lr\d+(\.\d+)?e-?\d+)?(-s\d+)?(-seed\d+)?"  # _tag, steps, seed
+_SEED_SUFFIX = re.compile(r"-seed(\d+)$")
+
+
+def seed_of(name: str) -> int | None:
+    """The seed a seed variant's name carries (``...-seed1235``); None for any other run."""
+    m = _SEED_SUFFIX.search(name)
+    return int(m.group(1)) if m else None
+
+
+def without_seed(name: str) -> str:
+    """The run that seed variant ``name`` repeats (``name`` itself for any other run)."""
+    return _SEED_SUFFIX.sub("", name)
 
 
 def is_variant(name: str, entry: str) -> bool:
@@ -183,6 +209,33 @@ def expand(runs: dict[str, dict[str, Any]], grid: list[float] | None = None
                     cfg["fork"] = {**cfg["fork"], "from": source.get(lr, source.get(None))}
                 out[name + suffix] = cfg
                 variants[name].setdefault(lr, name + suffix)
+    return out
+
+
+def with_seeds(runs: dict[str, dict[str, Any]], seeds: Seeds | None
+               ) -> dict[str, dict[str, Any]]:
+    """``runs`` (expanded) and, after them, every run of ``seeds.runs`` at each seed, each
+    preceded by the seed variant of the run it forks from (recursively)."""
+    if seeds is None:
+        return runs
+    unknown = [r for r in seeds.runs if r not in runs]
+    if unknown:
+        raise ConfigError(f"seeds.runs: {', '.join(unknown)} is not a run of this profile")
+    out = dict(runs)
+
+    def add(name: str, seed: int) -> str:
+        variant = f"{name}-seed{seed}"
+        if variant not in out:
+            cfg = copy.deepcopy(runs[name])
+            cfg["train"] = {**cfg.get("train", {}), "seed": seed}
+            if "fork" in cfg:
+                cfg["fork"] = {**cfg["fork"], "from": add(cfg["fork"]["from"], seed)}
+            out[variant] = cfg
+        return variant
+
+    for seed in seeds.values:
+        for name in seeds.runs:
+            add(name, seed)
     return out
 
 
@@ -266,7 +319,11 @@ def run_configs(profile: Profile, family: str, out: Path, scale: float = 1.0
     shared = dict(profile.families[family])
     grid = shared.pop("lr_grid", None)
     configs, totals = {}, {}
-    for name, run in expand(profile.runs, grid).items():
+    own_seed = shared.get("train", {}).get("seed", TrainConfig.model_fields["seed"].default)
+    if profile.seeds is not None and own_seed in profile.seeds.values:
+        raise ConfigError(f"seeds.values: {own_seed} is the family's own seed "
+                          f"(families.{family}.train.seed): its runs are the plain-named ones")
+    for name, run in with_seeds(expand(profile.runs, grid), profile.seeds).items():
         cfg = _merged(shared, run)
         cfg["schedule"] = {**cfg.get("schedule", {}), "scale": scale}
         cfg["name"] = f"{family}-{name}"

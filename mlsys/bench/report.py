@@ -14,6 +14,8 @@ from mlsys.bench.compare import (
     lower_envelope,
     summarize,
 )
+from mlsys.bench.profile import seed_of
+from mlsys.bench.seeds import seed_table
 from mlsys.train.metrics import read_metrics, save_figure
 from mlsys.train.rundir import RunDir
 
@@ -34,9 +36,16 @@ def compare(configs: dict[str, dict[str, Any]], window: int, budget: int | None 
     (measure b; None where the run ends below the whole frontier). ``saving_frontier_last_eval``
     is measure b with every final loss taken from the last evaluation alone (the exported
     model's), frontier included. ``records``: each run's metrics records (default: read from
-    its ``run_dir``; a committed result's for a run not on this machine)."""
+    its ``run_dir``; a committed result's for a run not on this machine).
+
+    Seed variants (``<run>-seed<k>``) are left out of all of this (the target, the frontier
+    and the rows are the family's own seed's); ``seeds`` compares them seed by seed
+    (``mlsys.bench.seeds.seed_table``; None without variants of the target)."""
     records = _records(configs, records)
     levels = {n: max(p["level"] for p in c["phases"]) for n, c in configs.items()}
+    variants = {n: summarize(n, levels[n], records[n], None, None, window)
+                for n in configs if seed_of(n) is not None}
+    configs = {n: c for n, c in configs.items() if n not in variants}
     curves = {n: eval_curve(records[n]) for n in configs}
     finals = {n: (curves[n].flops[-1], curves[n].smoothed(window)[-1]) for n in configs
               if levels[n] == 1}
@@ -78,7 +87,9 @@ def compare(configs: dict[str, dict[str, Any]], window: int, budget: int | None 
     return {"target": best, "target_val_loss": target, "frontier": envelope,
             "frontier_last_eval": last_envelope,
             "baselines": [r for r in rows if r["levels"] == 1],
-            "grid_edge": _grid_edge(rows, best), "runs": rows}
+            "grid_edge": _grid_edge(rows, best), "runs": rows,
+            "seeds": seed_table({**{r["name"]: r for r in rows}, **variants}, records, best,
+                                envelope, window)}
 
 
 def _records(configs: dict[str, dict[str, Any]],
@@ -118,6 +129,8 @@ def plot(configs: dict[str, dict[str, Any]], result: dict[str, Any], png: Path,
     fig, ax = plt.subplots(figsize=(12, 6))
     n_cycles = 0
     for name in configs:
+        if name not in levels:  # a seed variant: its figures are in the seed table
+            continue
         c = eval_curve(records[name])
         if levels[name] > 1:
             style = ("-", "--", ":")[n_cycles // len(palette) % 3]

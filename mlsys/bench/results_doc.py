@@ -55,9 +55,47 @@ def render(result: dict[str, Any], png_name: str, cmd: str) -> str:
               markdown(runs), "", "## The baseline frontier", "",
               "| FLOPs | smoothed final val loss |", "|---|---|"]
     lines += [f"| {f:.4g} | {v:.4f} |" for f, v in result["frontier"]]
+    if result.get("seeds"):
+        lines += ["", *seed_section(result["seeds"], result["target"])]
     lines += ["", f"![{result['profile']} / {result['family']}: every run against the "
               f"baseline frontier]({png_name})", ""]
     return "\n".join(lines)
+
+
+def seed_section(seeds: dict[str, Any], target: str) -> list[str]:
+    """The seed table (``mlsys.bench.seeds``): per seed the target's loss and each V-cycle's
+    loss and savings, then mean ± standard deviation, and whether the saving counts."""
+    keys = ["own" if k is None else str(k) for k in seeds["seeds"]]
+
+    def cells(values: list[float | None], spec: str) -> str:
+        return " / ".join("–" if v is None else format(v, spec) for v in values)
+
+    def mean_std(s: dict[str, Any], spec: str) -> str:
+        if s["mean"] is None:
+            return "–"
+        std = "" if s["std"] is None else f" ± {format(s['std'], spec.lstrip('+'))}"
+        return f"{format(s['mean'], spec)}{std} (n = {s['n']})"
+
+    t = seeds["target"]
+    lines = ["## Seeds", "",
+             f"Seeds: {' / '.join(keys)} (`own`: the family's `train.seed`; the others are the "
+             f"runs named `-seed<k>`). Target `{target}` at each seed, smoothed final "
+             f"validation loss: {cells(t['final_val_loss_smoothed'], '.4f')}; "
+             f"{mean_std(t['spread'], '.4f')}. Saved (a) is paired (each seed's V-cycle "
+             "against the same seed's target baseline); (b) reads the one frontier above. A "
+             "saving counts where its mean exceeds its standard deviation, over ≥ 3 seeds "
+             "(`mlsys/bench/seeds.py`).", "",
+             "| run | val loss per seed | saved (a) per seed | saved (a): mean ± sd | "
+             "saved (b) per seed | saved (b): mean ± sd | counts |",
+             "|---|---|---|---|---|---|---|"]
+    for r in seeds["runs"]:
+        lines.append(f"| {r['name']} | {cells(r['final_val_loss_smoothed'], '.4f')} | "
+                     f"{cells(r['saving_flops'], '+.1%')} | "
+                     f"{mean_std(r['spread_flops'], '+.1%')} | "
+                     f"{cells(r['saving_frontier'], '+.1%')} | "
+                     f"{mean_std(r['spread_frontier'], '+.1%')} | "
+                     f"{'yes' if r['counts'] else 'no'} |")
+    return lines
 
 
 def _budget(result: dict[str, Any]) -> str:

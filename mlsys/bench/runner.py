@@ -15,7 +15,16 @@ import yaml
 
 from mlsys.atomic import write_json, write_text
 from mlsys.bench.epochs import check_single_epoch
-from mlsys.bench.profile import declared_in, is_variant, load_profile, origin_of, run_configs
+from mlsys.bench.profile import (
+    Profile,
+    declared_in,
+    is_variant,
+    load_profile,
+    origin_of,
+    run_configs,
+    seed_of,
+    without_seed,
+)
 from mlsys.bench.report import compare, markdown, plot, table
 from mlsys.bench.results import RESULTS, compact, read_result, result_path, write_result
 from mlsys.bench.results_doc import command, page_name, write_page
@@ -168,13 +177,16 @@ def fork_point_ready(cfg: dict[str, Any], source: dict[str, Any]) -> bool:
 
 def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, out: Path,
               root: Path, jobs: int, results: Results | None = None,
-              skip: set[str] = frozenset()) -> None:
+              skip: set[str] = frozenset(), sources_only: set[str] = frozenset()) -> None:
     """Train ``configs`` in order, ``jobs`` at a time (one thread per rank when ``jobs`` > 1,
     output to ``<out>/<name>.log``); a fork waits for its source, at ``jobs`` > 1 only until
     the source's checkpoint at the fork step exists (``fork_point_ready``; a fork that can
     start goes before a run from scratch). Runs in ``skip`` (their
     committed result stands for them) are not started; every run that finishes (or is found
-    finished) gets its committed result written to ``results``."""
+    finished) gets its committed result written to ``results``. A run in ``sources_only``
+    (a trunk trained only for its forks: a seed variant's) is stopped (SIGTERM: it
+    checkpoints and exits; a later start resumes it) once every run of ``configs`` that
+    forks from it has branched; it gets no result."""
     def finish(name: str) -> None:
         if results is not None:
             results.save(name, configs[name])
@@ -195,7 +207,18 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
     if set(configs) - set(skip):  # the default data, once, before runs race for it
         first = next(iter(configs.values()))
         prepare_default_data(parse_run_config(_plain(first)))
-    pending, running, finished = list(configs), {}, set()
+    pending, running, finished, stopping = list(configs), {}, set(), set()
+
+    def stop_spent_sources() -> None:
+        for source in sources_only & set(running) - stopping:
+            forks = [n for n, c in configs.items() if c.get("fork", {}).get("from") == source]
+            if forks and not any(n in pending for n in forks):
+                print(f"   {source}: every fork has branched; stopped (it resumes if started "
+                      "again)", flush=True)
+                for p in running[source]:
+                    p.terminate()
+                stopping.add(source)
+
     while pending or running:
         # a fork that can branch goes before a run that starts from scratch: the trunk's
         # checkpoints are freed sooner, and a trunk trains beside its own decays
@@ -220,10 +243,16 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
                 finish(name)
             else:
                 running[name] = procs
+        stop_spent_sources()
         time.sleep(2)
         for name, procs in list(running.items()):
             if all(p.poll() is not None for p in procs):
                 del running[name]
+                if name in stopping:
+                    if any(p.returncode for p in procs):
+                        raise RuntimeError(f"{name}: stopping it failed (see {name}.log)")
+                    finished.add(name)
+                    continue
                 if any(p.returncode for p in procs):
                     for others in running.values():
                         for p in others:
@@ -232,6 +261,14 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
                 finished.add(name)
                 print(f"   {name}: done", flush=True)
                 finish(name)
+
+
+def sources_only(profile: Profile, runs: dict[str, dict[str, Any]]) -> set[str]:
+    """The seed variants among ``runs`` that the profile's ``seeds`` does not name: trunks
+    repeated at a seed only for the named runs that fork from them (``train_all`` stops
+    them once those have branched)."""
+    named = set(profile.seeds.runs) if profile.seeds else set()
+    return {n for n in runs if seed_of(n) is not None and without_seed(n) not in named}
 
 
 def select_runs(configs: dict[str, dict[str, Any]], runs: list[str]
@@ -310,7 +347,8 @@ def benchmark(profile_name: str, family: str, out: Path, root: Path, runs: list[
         to_train = [n for n in chosen if n not in committed and not done_here(chosen[n])]
         if profile.single_epoch and to_train:
             check_epochs(configs)
-        train_all(chosen, profile.ds_config, profile.ranks, out, root, jobs, results, committed)
+        train_all(chosen, profile.ds_config, profile.ranks, out, root, jobs, results, committed,
+                  sources_only(profile, chosen))
     for name, cfg in configs.items():  # runs finished here before results were committed
         results.save(name, cfg)
     records = finished_records(configs, results)

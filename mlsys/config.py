@@ -149,6 +149,22 @@ class ModelConfig(_Strict):
         return self.ffn_size if self.ffn_size is not None else 4 * self.hidden_size
 
 
+def _check_blend(d: DataConfig) -> None:
+    if d.data_prefix is not None:
+        raise ValueError("blend: give data_prefix or blend, not both")
+    if d.tokenizer_dir is None:
+        raise ValueError("blend: needs tokenizer_dir (the tokenizer every corpus was made with)")
+    if not d.blend:
+        raise ValueError("blend: an empty list (give [[weight, prefix], ...])")
+    for i, (weight, _) in enumerate(d.blend):
+        if not weight > 0:
+            raise ValueError(f"blend[{i}]: weight {weight} is not positive")
+    prefixes = [p for _, p in d.blend]
+    twice = sorted({p for p in prefixes if prefixes.count(p) > 1})
+    if twice:
+        raise ValueError(f"blend: {', '.join(twice)} listed twice (give one weight)")
+
+
 class DataConfig(_Strict):
     """Where the data comes from and how it is cut into samples. Text families (``causal``,
     ``masked``) read megatron-core indexed shards made by ``data_prep`` with its tokenizer;
@@ -168,6 +184,13 @@ class DataConfig(_Strict):
     ``data_prep``'s image shards (null: scikit-learn's digits are prepared at
     ``model.extra.image_size``). Checked complete before training; a masked LM needs shards
     made with ``--split-sentences``."""
+    blend: list[tuple[float, str]] | None = None
+    """Text: instead of ``data_prefix``, several corpora mixed by weight, ``[[weight, prefix],
+    ...]`` (positive weights, normalised; distinct prefixes), all made with ``tokenizer_dir``
+    and each checked as ``data_prefix`` would be. megatron-core's blended dataset: every split
+    (train, valid, test) of each corpus is mixed in these proportions, sample by sample and
+    deterministically (the order depends on ``train.seed`` and ``train_samples``, so a resume
+    continues it exactly); a corpus smaller than its share is read more than once."""
     prepare_dir: str = "data/default"
     """Where the default data is prepared when ``tokenizer_dir`` and ``data_prefix`` are null:
     text under ``<prepare_dir>/<kind>/`` (``packages-<kind>/`` with ``prepare_source:
@@ -204,7 +227,9 @@ class DataConfig(_Strict):
 
     @model_validator(mode="after")
     def _both_or_neither(self) -> DataConfig:
-        if self.tokenizer_dir is not None and self.data_prefix is None:
+        if self.blend is not None:
+            _check_blend(self)
+        elif self.tokenizer_dir is not None and self.data_prefix is None:
             raise ValueError("tokenizer_dir and data_prefix: give both, or neither "
                              "(neither: the default corpus is prepared under prepare_dir)")
         parts = self.split.split(",")
@@ -472,7 +497,8 @@ class RunConfig(_Strict):
                                  f"needed to reach level {deepest}")
         if self.family.kind == "vision":
             self._check_image_tokens()
-        elif (self.data.tokenizer_dir is None) != (self.data.data_prefix is None):
+        elif self.data.blend is None and \
+                (self.data.tokenizer_dir is None) != (self.data.data_prefix is None):
             raise ValueError("data.tokenizer_dir and data.data_prefix: give both, or neither "
                              "(neither: the default corpus is prepared under prepare_dir)")
         elif self.data.seq_length > m.max_position:
@@ -484,6 +510,8 @@ class RunConfig(_Strict):
         m, d = self.model, self.data
         if d.tokenizer_dir is not None:
             raise ValueError("data.tokenizer_dir: image data has no tokenizer (set null)")
+        if d.blend is not None:
+            raise ValueError("data.blend: text corpora only (image data: data_prefix)")
         size, patch = m.extra.get("image_size"), m.extra.get("patch_size")
         if not (isinstance(size, int) and isinstance(patch, int) and patch > 0
                 and size % patch == 0):

@@ -63,19 +63,19 @@ def check_model_fits(cfg: RunConfig, vocab_size: int, source: str) -> None:
 
 
 def check_token_ids(cfg: RunConfig, data_prefix: str, tokenizer_vocab: int,
-                    tokenizer_dir: str) -> None:
+                    tokenizer_dir: str, field: str = "data.data_prefix") -> None:
     """Every token id in ``PREFIX.bin`` is below the model's vocabulary size and the
-    tokenizer's (scans the whole ``.bin``)."""
+    tokenizer's (scans the whole ``.bin``). ``field``: the config field errors name."""
     top = max_token_id(data_prefix)
     fields = cfg.family.fields
     vocab = getattr(hf_config(cfg.model, tokenizer_vocab), fields.vocab)
     if top >= vocab:
-        raise ConfigError(f"data.data_prefix: {data_prefix}.bin holds token id {top}, beyond "
+        raise ConfigError(f"{field}: {data_prefix}.bin holds token id {top}, beyond "
                           f"the model's vocabulary ({_field_name(cfg, fields.vocab, 'vocab_size')}"
                           f" {vocab} ids): tokenized with another tokenizer than "
                           f"data.tokenizer_dir {tokenizer_dir}?")
     if top >= tokenizer_vocab:
-        raise ConfigError(f"data.data_prefix: {data_prefix}.bin holds token id {top}, beyond "
+        raise ConfigError(f"{field}: {data_prefix}.bin holds token id {top}, beyond "
                           f"the vocabulary of data.tokenizer_dir {tokenizer_dir} "
                           f"({tokenizer_vocab} ids): tokenized with another tokenizer?")
 
@@ -109,28 +109,30 @@ def split_tokens(data_prefix: str, kind: str, split: str) -> list[int]:
 
 
 def check_text_data(cfg: RunConfig, tokenizer_dir: str, data_prefix: str,
-                    samples: tuple[int, int, int]) -> dict[str, Any]:
-    """Everything above for a causal or masked run; returns the shards' manifest."""
+                    samples: tuple[int, int, int], field: str = "data.data_prefix"
+                    ) -> dict[str, Any]:
+    """Everything above for a causal or masked run; returns the shards' manifest. ``field``:
+    the config field errors name (a blend's corpus: ``data.blend[i]``)."""
     meta = _tokenizer_meta(tokenizer_dir)
     try:
         size = sum(os.path.getsize(f"{data_prefix}.{e}") for e in ("bin", "idx")
                    if os.path.exists(f"{data_prefix}.{e}"))
         manifest = read_shards(data_prefix, checksums=size <= HASH_LIMIT_BYTES)
     except IncompleteDataset as err:
-        raise ConfigError(f"data.data_prefix: {err}") from None
+        raise ConfigError(f"{field}: {err}") from None
     foreign = bool(manifest.get("foreign"))
     if foreign:
         warn_foreign(data_prefix, tokenizer_dir)
     elif manifest.get("tokenizer_sha256") != meta.get("model_sha256"):
-        raise ConfigError(f"data.data_prefix: {data_prefix} was tokenized with another "
+        raise ConfigError(f"{field}: {data_prefix} was tokenized with another "
                           f"tokenizer than data.tokenizer_dir {tokenizer_dir}")
     if cfg.kind == "masked" and not manifest.get("split_sentences"):
-        raise ConfigError(f"data.data_prefix: {data_prefix}: a masked LM needs shards made "
+        raise ConfigError(f"{field}: {data_prefix}: a masked LM needs shards made "
                           "with --split-sentences" + (" (its index holds one sequence per "
                                                       "document)" if foreign else ""))
     check_model_fits(cfg, int(meta["vocab_size"]), tokenizer_dir)
     if foreign:
-        check_token_ids(cfg, data_prefix, int(meta["vocab_size"]), tokenizer_dir)
+        check_token_ids(cfg, data_prefix, int(meta["vocab_size"]), tokenizer_dir, field)
     for name, want, have in zip(SPLIT_NAMES, samples, split_tokens(data_prefix, cfg.kind,
                                                                    cfg.data.split), strict=True):
         if want and not have:

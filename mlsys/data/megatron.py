@@ -129,8 +129,8 @@ def _bert_dataset_class():
 
 @contextlib.contextmanager
 def _rank_zero_if_not_distributed() -> Iterator[None]:
-    """megatron's masked dataset calls ``torch.distributed.get_rank()`` unguarded; in a
-    single process without a process group that is rank 0."""
+    """megatron's masked and blended datasets call ``torch.distributed.get_rank()``
+    unguarded; in a single process without a process group that is rank 0."""
     if torch.distributed.is_initialized():
         yield
         return
@@ -142,11 +142,34 @@ def _rank_zero_if_not_distributed() -> Iterator[None]:
         torch.distributed.get_rank = original
 
 
-def build_datasets(kind: str, data_prefix: str, tokenizer_dir: str, seq_length: int, seed: int,
+def _check_shards(data_prefix: str, kind: str, tokenizer: Any, tokenizer_dir: str) -> None:
+    """The shards at ``data_prefix`` are complete and were made with this tokenizer (another
+    tool's: every token id within its vocabulary); a masked LM's are split into sentences."""
+    manifest = read_shards(data_prefix)
+    if manifest.get("foreign"):  # another tool's shards: only the ids can be checked
+        if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
+            warn_foreign(data_prefix, tokenizer_dir)
+        top = max_token_id(data_prefix)
+        if top >= tokenizer.vocab_size:
+            raise ValueError(f"{data_prefix}.bin holds token id {top}, beyond the vocabulary "
+                             f"of {tokenizer_dir} ({tokenizer.vocab_size} ids)")
+    elif manifest["tokenizer_sha256"] != tokenizer.meta["model_sha256"]:
+        raise ValueError(f"{data_prefix} was tokenized with another tokenizer "
+                         f"({manifest['tokenizer_sha256'][:12]}) than {tokenizer_dir} "
+                         f"({tokenizer.meta['model_sha256'][:12]})")
+    if kind == "masked" and not manifest["split_sentences"]:
+        raise ValueError(f"{data_prefix}: a masked LM needs shards made with --split-sentences")
+
+
+def build_datasets(kind: str, data_prefix: str | Sequence[tuple[float, str]],
+                   tokenizer_dir: str, seq_length: int, seed: int,
                    num_samples: tuple[int, int, int], split: str = "98,1,1",
                    cache_dir: str | None = None, *, nsp: bool = False,
                    ) -> tuple[Any, Any, Any]:
-    """(train, valid, test) megatron-core datasets over ``data_prefix`` (None for an empty split).
+    """(train, valid, test) megatron-core datasets over ``data_prefix`` (None for an empty split);
+    ``data_prefix`` may be a blend, ``[(weight, prefix), ...]``: megatron-core's blended
+    dataset, each split mixing the corpora's same splits by weight (each corpus checked as a
+    single prefix is).
 
     Every rank calls it (with a process group, rank 0 builds the index caches first). Raises
     ValueError if the shards are incomplete or were made with another tokenizer (for shards
@@ -163,23 +186,14 @@ def build_datasets(kind: str, data_prefix: str, tokenizer_dir: str, seq_length: 
     if kind not in ("causal", "masked"):
         raise ValueError(f"kind must be 'causal' or 'masked', not {kind!r}")
     tokenizer = load_tokenizer(tokenizer_dir)
-    manifest = read_shards(data_prefix)
-    if manifest.get("foreign"):  # another tool's shards: only the ids can be checked
-        if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
-            warn_foreign(data_prefix, tokenizer_dir)
-        top = max_token_id(data_prefix)
-        if top >= tokenizer.vocab_size:
-            raise ValueError(f"{data_prefix}.bin holds token id {top}, beyond the vocabulary "
-                             f"of {tokenizer_dir} ({tokenizer.vocab_size} ids)")
-    elif manifest["tokenizer_sha256"] != tokenizer.meta["model_sha256"]:
-        raise ValueError(f"{data_prefix} was tokenized with another tokenizer "
-                         f"({manifest['tokenizer_sha256'][:12]}) than {tokenizer_dir} "
-                         f"({tokenizer.meta['model_sha256'][:12]})")
-    if kind == "masked" and not manifest["split_sentences"]:
-        raise ValueError(f"{data_prefix}: a masked LM needs shards made with --split-sentences")
-    common = dict(random_seed=seed, sequence_length=seq_length, blend=([data_prefix], None),
+    blend = [(1.0, data_prefix)] if isinstance(data_prefix, str) else list(data_prefix)
+    for _, prefix in blend:
+        _check_shards(prefix, kind, tokenizer, tokenizer_dir)
+    prefixes = [prefix for _, prefix in blend]
+    weights = None if isinstance(data_prefix, str) else [float(w) for w, _ in blend]
+    common = dict(random_seed=seed, sequence_length=seq_length, blend=(prefixes, weights),
                   split=split, tokenizer=tokenizer,
-                  path_to_cache=cache_dir or os.path.join(os.path.dirname(data_prefix) or ".",
+                  path_to_cache=cache_dir or os.path.join(os.path.dirname(prefixes[0]) or ".",
                                                           "cache"))
     logging.getLogger("megatron.core.datasets").setLevel(logging.WARNING)
     if kind == "causal":
@@ -198,7 +212,8 @@ def build_datasets(kind: str, data_prefix: str, tokenizer_dir: str, seq_length: 
             masking_use_longer_ngrams=False, masking_use_geometric_distribution=False,
             classification_head=nsp)
     builder = BlendedMegatronDatasetBuilder(cls, list(num_samples), lambda: True, config)
-    train, valid, test = builder.build()
+    with _rank_zero_if_not_distributed():  # the blended dataset asks for the rank too
+        train, valid, test = builder.build()
     return train, valid, test
 
 

@@ -44,14 +44,17 @@ class RunData:
 def prepare_default_data(cfg: RunConfig) -> dict[str, str]:
     """Build (or reuse; idempotent) the embedded default data the config asks for, waiting
     for it (``python -m data_prep prepare`` in a child process; ``DataPrepError`` if it
-    fails): ``{"tokenizer_dir", "data_prefix"}`` (no tokenizer for images). Call it once
-    before starting several runs that share ``data.prepare_dir``."""
+    fails): ``{"tokenizer_dir", "data_prefix"}`` (no tokenizer for images; a blend:
+    ``{"tokenizer_dir", "blend"}``). Call it once before starting several runs that share
+    ``data.prepare_dir``."""
     d = cfg.data
     if cfg.kind == "vision":
         if d.data_prefix is not None:
             return {"data_prefix": d.data_prefix}
         out = prepare(d.prepare_dir, "vision", image_size=cfg.model.extra["image_size"])
         return {"data_prefix": str(out["data_prefix"])}
+    if d.blend is not None:
+        return {"tokenizer_dir": d.tokenizer_dir, "blend": [list(item) for item in d.blend]}
     if d.tokenizer_dir is not None and d.data_prefix is not None:
         return {"tokenizer_dir": d.tokenizer_dir, "data_prefix": d.data_prefix}
     out = prepare(d.prepare_dir, cfg.kind, vocab_size=d.prepare_vocab_size,
@@ -77,6 +80,10 @@ def check_run_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> No
         try:
             if cfg.kind == "vision":
                 check_images_complete(paths["data_prefix"])
+            elif "blend" in paths:
+                for i, (_, prefix) in enumerate(paths["blend"]):
+                    check_text_data(cfg, paths["tokenizer_dir"], prefix,
+                                    (train_samples, valid_samples, 0), f"data.blend[{i}]")
             else:
                 check_text_data(cfg, paths["tokenizer_dir"], paths["data_prefix"],
                                 (train_samples, valid_samples, 0))
@@ -106,9 +113,10 @@ def build_run_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> Ru
 
 def _text_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunData:
     paths = data_paths(cfg)
-    tokenizer_dir, prefix = paths["tokenizer_dir"], paths["data_prefix"]
+    tokenizer_dir = paths["tokenizer_dir"]
+    source = [tuple(item) for item in paths["blend"]] if "blend" in paths else paths["data_prefix"]
     cache = cfg.data.cache_dir or str(Path(cfg.out_dir) / "data_cache")
-    train, valid, _ = build_datasets(cfg.kind, prefix, tokenizer_dir, cfg.data.seq_length,
+    train, valid, _ = build_datasets(cfg.kind, source, tokenizer_dir, cfg.data.seq_length,
                                      cfg.train.seed, num_samples=(train_samples, valid_samples, 0),
                                      split=cfg.data.split, cache_dir=cache)
     kind, max_length = cfg.kind, cfg.model.max_position

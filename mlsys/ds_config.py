@@ -4,6 +4,9 @@ The run config owns batch sizes, gradient clipping, the optimizer and the LR sch
 phase, built by the controller). A DeepSpeed config may leave the batch fields out or set them
 to ``"auto"``; if it sets them, they must agree with the run config. ``optimizer`` and
 ``scheduler`` sections are refused (they would silently replace the per-phase ones).
+ZeRO-Offload (``zero_optimization.offload_optimizer: {device: cpu}``, stages 2 and 3) keeps
+the optimizer on the CPU: the engine is then built with DeepSpeed's CPU Adam
+(``mlsys.train.engine``), the same AdamW arithmetic.
 """
 
 from __future__ import annotations
@@ -58,6 +61,13 @@ def resolve_ds_config(ds: dict[str, Any], cfg: RunConfig, world_size: int,
     stage = out.get("zero_optimization", {}).get("stage", 0)
     if stage not in (0, 1, 2, 3):
         raise ConfigError(f"{source}: zero_optimization.stage: must be 0-3, got {stage!r}")
+    device = out.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none")
+    if device not in ("none", "cpu"):
+        raise ConfigError(f"{source}: zero_optimization.offload_optimizer.device: {device!r}; "
+                          "only cpu (or none) is supported")
+    if device == "cpu" and stage not in (2, 3):
+        raise ConfigError(f"{source}: zero_optimization.offload_optimizer: needs stage 2 or 3, "
+                          f"got stage {stage}")
     for key, value in want.items():
         have = out.get(key, "auto")
         if have != "auto" and have != value:
@@ -65,6 +75,12 @@ def resolve_ds_config(ds: dict[str, Any], cfg: RunConfig, world_size: int,
                               f"({value!r} for {world_size} ranks)")
         out[key] = value
     return out
+
+
+def offloads_optimizer(ds: dict[str, Any]) -> bool:
+    """True under ZeRO-Offload: the optimizer state and step live on the CPU."""
+    offload = ds.get("zero_optimization", {}).get("offload_optimizer") or {}
+    return offload.get("device", "none") == "cpu"
 
 
 def zero_stage(ds: dict[str, Any]) -> int:

@@ -1,11 +1,13 @@
 """One DeepSpeed engine per phase: built with AdamW and the phase's LR schedule
 (``mlsys.train.schedule``), destroyed whole. Biases and norm weights (1-D parameters) get no
-weight decay. Every engine the controller builds (the first, each level's after a transition,
-one resumed from a checkpoint) comes from ``build_engine``, so ``train.activation_checkpointing``
-(Hugging Face gradient checkpointing, non-reentrant) and ``train.compile`` (DeepSpeed's
+weight decay. Under ZeRO-Offload (``offload_optimizer: {device: cpu}``) the AdamW is
+DeepSpeed's CPU Adam (``adamw_mode``, the same update, its state and step on the CPU; a JIT
+build of the ``cpu_adam`` op the first time), which DeepSpeed requires there. Every engine
+the controller builds (the first, each level's after a transition, one resumed from a
+checkpoint) comes from ``build_engine``, so ``train.activation_checkpointing`` (Hugging Face
+gradient checkpointing, non-reentrant) and ``train.compile`` (DeepSpeed's
 ``engine.compile()``, torch.compile of the module) hold for every level and across resumes.
-``destroy_engine`` frees an engine for good, working around what DeepSpeed
-keeps behind.
+``destroy_engine`` frees an engine for good, working around what DeepSpeed keeps behind.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from deepspeed.runtime.zero.partitioned_param_coordinator import PartitionedPara
 
 from mlsys.config import TrainConfig
 from mlsys.distributed.zero import full_shape
+from mlsys.ds_config import offloads_optimizer
 from mlsys.train.memory import release_free_memory
 
 
@@ -34,7 +37,13 @@ def build_engine(model: torch.nn.Module, ds_config: dict[str, Any], train: Train
     groups = [{"params": [p for p in params if len(full_shape(p)) >= 2],
                "weight_decay": train.weight_decay},
               {"params": [p for p in params if len(full_shape(p)) < 2], "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=lr, betas=train.betas, eps=train.eps)
+    if offloads_optimizer(ds_config):
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+        optimizer = DeepSpeedCPUAdam(groups, lr=lr, betas=train.betas, eps=train.eps,
+                                     adamw_mode=True)
+    else:
+        optimizer = torch.optim.AdamW(groups, lr=lr, betas=train.betas, eps=train.eps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                            lr_scheduler=scheduler, config=ds_config,

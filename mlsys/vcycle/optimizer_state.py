@@ -130,11 +130,12 @@ class DeepSpeedAdamState:
         flats = [p for g in base.param_groups for p in g["params"]]
         for attr in _FP32_FLATS:  # ZeRO keeps the fp32 partitions outside param_groups
             flats += list(getattr(wrapper, attr, None) or [])
+        integer_step = type(base).__name__ == "DeepSpeedCPUAdam"  # ZeRO-Offload: an int
         for p in flats:
             if p is not None:
                 state = base.state[p]
                 if "exp_avg" not in state:
-                    state["step"] = torch.tensor(0.0)
+                    state["step"] = 0 if integer_step else torch.tensor(0.0)
                     state["exp_avg"] = torch.zeros_like(p)
                     state["exp_avg_sq"] = torch.zeros_like(p)
 

@@ -6,9 +6,9 @@ batches, never whole), a Hugging Face ``datasets`` directory written by ``save_t
 pyarrow; no ``datasets`` import) or a single ``.arrow`` file, anything else plain text (a blank
 line separates documents). Content decides before the name (:func:`detect_input`): a file
 starting ``PAR1`` is parquet, one starting ``1f 8b`` is gzip and one starting ``28 b5 2f fd``
-zstd (read through ``zstandard`` when it is importable, otherwise refused naming the file),
-decompressed as a stream; the name without ``.gz``/``.zst`` then says jsonl or text. Globs are
-expanded in sorted order.
+zstd (read through ``zstandard`` when it is importable, else through the ``zstd`` program,
+``zstd -dc``, when it is on the PATH, else refused naming the file), decompressed as a stream;
+the name without ``.gz``/``.zst`` then says jsonl or text. Globs are expanded in sorted order.
 
 Readers run in the main process and only cut files into :class:`Record` s (cheap, streaming);
 :func:`parse_record` runs in the tokenizer workers and turns a record into text or a
@@ -156,16 +156,59 @@ def detect_format(path: str) -> str:
     return detect_input(path)[0]
 
 
-def _open_binary(path: str, compression: str | None) -> io.BufferedIOBase:
+class ZstdProgramError(EOFError):
+    """The ``zstd`` program stopped on truncated or corrupt data."""
+
+
+class _ZstdProgram:
+    """The lines ``zstd -dc -- PATH`` writes, as a context manager; at the end of its output
+    a non-zero exit raises ``ZstdProgramError`` with its message. Leaving early ends it."""
+
+    def __init__(self, program: str, path: str) -> None:
+        import subprocess
+
+        self.proc = subprocess.Popen([program, "-dcq", "--", path], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE)
+
+    def __iter__(self) -> Iterator[bytes]:
+        tail = b""  # a last line without its newline: kept back until the exit says it is whole
+        for line in self.proc.stdout:
+            if line.endswith(b"\n"):
+                yield line
+            else:
+                tail = line
+        err = self.proc.stderr.read().decode("utf-8", "replace").strip()
+        if self.proc.wait():
+            raise ZstdProgramError(err.splitlines()[-1] if err else f"exit {self.proc.returncode}")
+        if tail:
+            yield tail
+
+    def __enter__(self) -> _ZstdProgram:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+
+def _open_binary(path: str, compression: str | None) -> io.BufferedIOBase | _ZstdProgram:
     if compression == "gzip":
         return gzip.open(path, "rb")
     if compression == "zstd":
         try:
             import zstandard
         except ImportError:
-            raise ValueError(f"{path}: zstd-compressed (starts 28 b5 2f fd), but the "
-                             "'zstandard' module is not installed here; decompress it first "
-                             "(zstd -d) or give a .gz/.jsonl file") from None
+            import shutil
+
+            program = shutil.which("zstd")
+            if program is not None:
+                return _ZstdProgram(program, path)
+            raise ValueError(f"{path}: zstd-compressed (starts 28 b5 2f fd), but neither the "
+                             "'zstandard' module nor the zstd program is installed here; "
+                             "decompress it first or give a .gz/.jsonl file") from None
         raw = open(path, "rb")
         return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(
             raw, read_across_frames=True, closefd=True))
@@ -173,7 +216,7 @@ def _open_binary(path: str, compression: str | None) -> io.BufferedIOBase:
 
 
 def _compression_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [EOFError, gzip.BadGzipFile, zlib.error]
+    errors: list[type[BaseException]] = [EOFError, gzip.BadGzipFile, zlib.error]  # and ours
     try:
         import zstandard
 

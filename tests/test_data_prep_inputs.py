@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
+import subprocess
 
 import pytest
 
@@ -196,21 +199,55 @@ def test_parquet_by_content_and_a_false_parquet_name(tmp_path, capsys):
     assert "fake.parquet: not a parquet file" in capsys.readouterr().err
 
 
-def test_zstd_is_read_or_refused_naming_the_file(tmp_path):
-    path = tmp_path / "docs.jsonl.zst"
+def _zstd(data: bytes) -> bytes:
+    """``data`` zstd-compressed by whichever is here: the module, else the program."""
     try:
         import zstandard
     except ImportError:
-        path.write_bytes(b"\x28\xb5\x2f\xfd" + b"\x00" * 16)  # the magic is what is looked at
-        with pytest.raises(ValueError, match=r"docs\.jsonl\.zst: zstd-compressed .* "
-                                             "'zstandard' module is not installed"):
-            _docs([str(path)])
-        return
-    path.write_bytes(zstandard.ZstdCompressor().compress(GOOD + b'{"text": 3}\n'))
+        return subprocess.run(["zstd", "-cq"], input=data, stdout=subprocess.PIPE,
+                              check=True).stdout
+    return zstandard.ZstdCompressor().compress(data)
+
+
+@pytest.mark.skipif(shutil.which("zstd") is None and importlib.util.find_spec("zstandard")
+                    is None, reason="neither the zstandard module nor the zstd program")
+def test_zstd_is_read_line_by_line_and_a_truncated_file_is_reported(tmp_path):
+    path = tmp_path / "docs.jsonl.zst"
+    data = _zstd(GOOD + b'{"text": 3}\n' + b"".join(
+        b'{"text": "document %d."}\n' % i for i in range(20000)))
+    path.write_bytes(data)
     docs, _ = _docs([str(path)])
-    assert docs == [("docs.jsonl.zst", 1, "a good document."),
-                    ("docs.jsonl.zst", 2, Problem("bad_type", str(path), 2,
-                                                  "'text' is int, not a string"))]
+    assert docs[:2] == [("docs.jsonl.zst", 1, "a good document."),
+                        ("docs.jsonl.zst", 2, Problem("bad_type", str(path), 2,
+                                                      "'text' is int, not a string"))]
+    assert docs[-1] == ("docs.jsonl.zst", 20002, "document 19999.") and len(docs) == 20002
+    cut = tmp_path / "cut.jsonl.zst"
+    cut.write_bytes(data[: len(data) // 2])
+    good, log = _docs([str(cut)])
+    assert good[2:] == [("cut.jsonl.zst", i + 3, f"document {i}.") for i in range(len(good) - 2)]
+    assert 2 < len(good) < 20002  # every whole line before the cut, in order
+    (problem,) = log.problems
+    assert (problem.kind, problem.file, problem.line) == ("bad_compression", str(cut),
+                                                          len(good) + 1)
+
+
+def test_zstd_without_a_reader_is_refused_naming_the_file(tmp_path, monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_zstandard(name, *args, **kwargs):
+        if name == "zstandard":
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_zstandard)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    path = tmp_path / "docs.jsonl.zst"
+    path.write_bytes(b"\x28\xb5\x2f\xfd" + b"\x00" * 16)  # the magic is what is looked at
+    with pytest.raises(ValueError, match=r"docs\.jsonl\.zst: zstd-compressed .* neither the "
+                                         "'zstandard' module nor the zstd program"):
+        _docs([str(path)])
 
 
 def _save_to_disk(directory, shards: list[dict]) -> None:

@@ -54,7 +54,7 @@ def _shards(a: argparse.Namespace) -> dict:
 def _bench(a: argparse.Namespace) -> dict:
     from data_prep.bench import run_bench
 
-    return run_bench(a.out, a.kind, a.vocab_size, a.scale, a.json)
+    return run_bench(a.out, a.kind, a.vocab_size, a.scale, a.json, a.hf)
 
 
 def _images(a: argparse.Namespace) -> dict:
@@ -105,7 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("shards", help="tokenize into megatron-core indexed datasets")
     s.add_argument("--input", nargs="+", required=True,
                    help="text/jsonl(.gz/.zst)/parquet files, saved HF dataset dirs, globs")
-    s.add_argument("--tokenizer", required=True, help="directory written by `tokenizer`")
+    s.add_argument("--tokenizer", required=True,
+                   help="directory written by `tokenizer`, or a Hugging Face tokenizer "
+                        "directory (tokenizer.json and tokenizer_config.json naming eos)")
     s.add_argument("--out", required=True, help="output prefix: PREFIX.bin/.idx/.manifest.json")
     s.add_argument("--workers", type=int, default=2, help="tokenizer processes (0: in-process)")
     s.add_argument("--split-sentences", action="store_true",
@@ -125,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--scale", type=int, default=3,
                    help="the 1/2-worker runs read the corpus repeated this many times")
     b.add_argument("--json", default="runs/bench/data_prep.json", help="result file")
+    b.add_argument("--hf", action="store_true",
+                   help="also a Hugging Face tokenizer.json (byte-level BPE), side by side")
     b.set_defaults(fn=_bench)
     im = sub.add_parser("images", help="image folder or parquet -> uint8 image shards")
     im.add_argument("--input", nargs="+", required=True,

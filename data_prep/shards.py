@@ -8,6 +8,10 @@ same bytes. ``workers=0`` tokenizes in the main process.
 
 Sequences: one per document, or one per sentence with ``split_sentences`` (BERT); documents keep
 their boundaries in the index. ``append_eod`` ends each document with the eod id (GPT).
+
+The tokenizer is data_prep's sentencepiece model or a Hugging Face fast tokenizer
+(``tokenizer.json``, through the ``tokenizers`` library: each chunk encoded as one batch
+without special tokens, one thread per worker process; its eos token is the eod).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from data_prep.sentences import split_sentences
 from mlsys.data.indexed import FORMAT, token_dtype
 from mlsys.data.indexed_writer import IndexedWriter
 from mlsys.data.manifest import manifest_path, sha256_file
-from mlsys.data.tokenizer_meta import MODEL_FILE, read_meta
+from mlsys.data.tokenizer_meta import HF_FILE, read_meta
 
 CHUNK_DOCS = 64
 CHUNK_BYTES = 1 << 20
@@ -52,15 +56,27 @@ _state: dict = {}
 
 def _init_worker(model_path: str, eod: int, split: bool, append_eod: bool, json_key: str,
                  dtype: str) -> None:
+    _state.update(encode=_encoder(model_path), eod=eod, split=split,
+                  append_eod=append_eod, json_key=json_key, dtype=np.dtype(dtype))
+
+
+def _encoder(model_path: str):
+    """texts -> token ids, for a sentencepiece model or a Hugging Face ``tokenizer.json``."""
+    if os.path.basename(model_path) == HF_FILE:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the worker processes are the threads
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(model_path)
+        return lambda texts: [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
     import sentencepiece as spm
 
-    _state.update(sp=spm.SentencePieceProcessor(model_file=model_path), eod=eod, split=split,
-                  append_eod=append_eod, json_key=json_key, dtype=np.dtype(dtype))
+    sp = spm.SentencePieceProcessor(model_file=model_path)
+    return lambda texts: sp.encode(texts, num_threads=1)
 
 
 def _encode_chunk(records: list[Record]) -> ChunkResult:
     """Validate and encode one chunk (runs in a worker, state from ``_init_worker``)."""
-    sp, split, key = _state["sp"], _state["split"], _state["json_key"]
+    split, key = _state["split"], _state["json_key"]
     problems, docs = [], []
     for rec in records:
         text = parse_record(rec, key)
@@ -73,7 +89,7 @@ def _encode_chunk(records: list[Record]) -> ChunkResult:
             continue
         docs.append(pieces)
     flat = [p for d in docs for p in d]
-    encoded = sp.encode(flat, num_threads=1) if flat else []
+    encoded = _state["encode"](flat) if flat else []
     if _state["append_eod"]:
         i = 0
         for d in docs:
@@ -112,7 +128,7 @@ def build_shards(inputs: list[str], tokenizer_dir: str, out_prefix: str, workers
     check_shards_out(out_prefix, manifest_path(out_prefix), overwrite)
     paths = expand_inputs(inputs)
     meta = read_meta(tokenizer_dir)
-    model_path = os.path.join(tokenizer_dir, MODEL_FILE)
+    model_path = os.path.join(tokenizer_dir, meta["model_file"])
     dtype = token_dtype(meta["vocab_size"])
     init_args = (model_path, meta["ids"]["eod"], split_sentences, append_eod, json_key, dtype.str)
     log = ProblemLog(strict=strict)

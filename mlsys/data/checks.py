@@ -16,29 +16,38 @@ read of the whole ``.bin``) for an id the model's or the tokenizer's vocabulary 
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from mlsys.config import ConfigError, RunConfig
 from mlsys.data.indexed import IncompleteDataset, max_token_id, read_shards, warn_foreign
-from mlsys.data.tokenizer_meta import META_FILE, meta_path, read_meta
+from mlsys.data.tokenizer_meta import HF_FILE, META_FILE, is_hf, meta_path, read_meta
 from mlsys.models import hf_config
 
 SPLIT_NAMES = ("train", "valid", "test")
 HASH_LIMIT_BYTES = 2 << 30  # shards up to this size are also checked against their SHA-256
 
 
-def _tokenizer_meta(tokenizer_dir: str) -> dict[str, Any]:
+def _tokenizer_meta(tokenizer_dir: str, kind: str) -> dict[str, Any]:
     if not os.path.isdir(tokenizer_dir):
         raise ConfigError(f"data.tokenizer_dir: {tokenizer_dir}: no such directory")
     try:
-        return read_meta(tokenizer_dir)
+        meta = read_meta(tokenizer_dir)
     except FileNotFoundError:
         raise ConfigError(f"data.tokenizer_dir: {tokenizer_dir}: not a tokenizer written by "
-                          f"data_prep (no {META_FILE})") from None
-    except ValueError:
+                          f"data_prep (no {META_FILE}) nor a Hugging Face one (no {HF_FILE})"
+                          ) from None
+    except json.JSONDecodeError:
         raise ConfigError(f"data.tokenizer_dir: {meta_path(tokenizer_dir)}: not valid JSON"
                           ) from None
+    except ValueError as err:  # a Hugging Face tokenizer's problem, naming its file
+        raise ConfigError(f"data.tokenizer_dir: {err}") from None
+    if kind == "masked" and is_hf(meta):
+        raise ConfigError(f"data.tokenizer_dir: {tokenizer_dir}: a Hugging Face tokenizer "
+                          "trains causal families only (a masked LM needs data_prep's "
+                          "sentencepiece tokenizer: megatron's whole-word masking)")
+    return meta
 
 
 def _field_name(cfg: RunConfig, hf_field: str, run_field: str) -> str:
@@ -113,7 +122,7 @@ def check_text_data(cfg: RunConfig, tokenizer_dir: str, data_prefix: str,
                     ) -> dict[str, Any]:
     """Everything above for a causal or masked run; returns the shards' manifest. ``field``:
     the config field errors name (a blend's corpus: ``data.blend[i]``)."""
-    meta = _tokenizer_meta(tokenizer_dir)
+    meta = _tokenizer_meta(tokenizer_dir, cfg.kind)
     try:
         size = sum(os.path.getsize(f"{data_prefix}.{e}") for e in ("bin", "idx")
                    if os.path.exists(f"{data_prefix}.{e}"))

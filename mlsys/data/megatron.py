@@ -29,7 +29,7 @@ import torch
 from megatron.core.tokenizers import MegatronTokenizerBase
 
 from mlsys.data.indexed import max_token_id, read_shards, warn_foreign
-from mlsys.data.tokenizer_meta import read_meta
+from mlsys.data.tokenizer_meta import is_hf, read_meta
 
 WORD_START = "\u2581"
 MASK_PROB = 0.15
@@ -101,8 +101,13 @@ class SentencePieceTokenizer(MegatronTokenizerBase):
     bos = property(lambda self: self._ids["bos"])
 
 
-def load_tokenizer(tokenizer_dir: str) -> SentencePieceTokenizer:
-    """The tokenizer written by ``python -m data_prep tokenizer``."""
+def load_tokenizer(tokenizer_dir: str) -> MegatronTokenizerBase:
+    """The tokenizer written by ``python -m data_prep tokenizer``, or a Hugging Face
+    ``tokenizer.json`` directory's (``mlsys.data.tokenizer_json``, causal families only)."""
+    if is_hf(read_meta(tokenizer_dir)):
+        from mlsys.data.tokenizer_json import TokenizerJson
+
+        return TokenizerJson(tokenizer_dir)
     return SentencePieceTokenizer(tokenizer_dir)
 
 
@@ -186,6 +191,9 @@ def build_datasets(kind: str, data_prefix: str | Sequence[tuple[float, str]],
     if kind not in ("causal", "masked"):
         raise ValueError(f"kind must be 'causal' or 'masked', not {kind!r}")
     tokenizer = load_tokenizer(tokenizer_dir)
+    if kind == "masked" and is_hf(tokenizer.meta):
+        raise ValueError(f"{tokenizer_dir}: a Hugging Face tokenizer trains causal families "
+                         "only (a masked LM needs data_prep's sentencepiece tokenizer)")
     blend = [(1.0, data_prefix)] if isinstance(data_prefix, str) else list(data_prefix)
     for _, prefix in blend:
         _check_shards(prefix, kind, tokenizer, tokenizer_dir)

@@ -22,6 +22,7 @@ from mlsys.data.hf_tokenizer import save_hf_tokenizer
 from mlsys.data.image_shards import check_images_complete
 from mlsys.data.megatron import build_datasets, collate_hf, load_tokenizer
 from mlsys.data.prepare import prepare
+from mlsys.data.tokenizer_meta import HF_FILES, is_hf, read_meta
 from mlsys.data.tokenizer_meta import OWNED_FILES as TOKENIZER_FILES
 from mlsys.data.vision import build_image_datasets, collate_images
 from mlsys.distributed.process import barrier, from_main, rank
@@ -121,16 +122,21 @@ def _text_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunDat
                                      split=cfg.data.split, cache_dir=cache)
     kind, max_length = cfg.kind, cfg.model.max_position
 
+    hf_files = is_hf(read_meta(tokenizer_dir))
+
     def save_processor(out_dir: Path) -> None:
         """The tokenizer's own files, by name (never over a file the export already holds:
-        a tokenizer_dir that is an older run's final/ carries a model too)."""
-        for name in TOKENIZER_FILES:  # the sentencepiece files, for Megatron users
+        a tokenizer_dir that is an older run's final/ carries a model too): a Hugging Face
+        tokenizer's unchanged; data_prep's sentencepiece files plus the Hugging Face
+        tokenizer made from them."""
+        for name in HF_FILES if hf_files else TOKENIZER_FILES:
             src, dst = Path(tokenizer_dir) / name, Path(out_dir) / name
             if src.is_file():
                 if dst.exists():
                     raise FileExistsError(f"export: {dst} exists; not copying {src} over it")
                 shutil.copy2(src, dst)
-        save_hf_tokenizer(tokenizer_dir, kind, out_dir, max_length)
+        if not hf_files:
+            save_hf_tokenizer(tokenizer_dir, kind, out_dir, max_length)
 
     return RunData(train, valid, tokenizer_dir, tokenizer_vocab_size(load_tokenizer(tokenizer_dir)),
                    lambda samples: collate_hf(samples, kind), save_processor)

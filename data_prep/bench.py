@@ -66,7 +66,7 @@ def run_bench(out_dir: str, kind: str = "causal", vocab_size: int = 4096, scale:
     if hf:
         from data_prep.hf_bpe import train_byte_level_bpe
 
-        hf_tok = os.path.join(out_dir, f"hf_bpe_{vocab_size}")
+        hf_tok = os.path.join(out_dir, f"hf_bpe_{kind}_{vocab_size}")
         if not os.path.exists(os.path.join(hf_tok, "tokenizer_config.json")):
             train_byte_level_bpe([corpus], vocab_size, hf_tok)
         plan += [(1, scale, hf_tok), (2, scale, hf_tok)]

@@ -157,7 +157,59 @@ def detect_format(path: str) -> str:
 
 
 class ZstdProgramError(EOFError):
-    """The ``zstd`` program stopped on truncated or corrupt data."""
+    """zstd data that is truncated or corrupt (the program's exit, or the module's frame)."""
+
+
+def _whole_lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """Lines of a stream of byte chunks; a last line without its newline comes last."""
+    tail = b""
+    for chunk in chunks:
+        lines = (tail + chunk).split(b"\n")
+        tail = lines.pop()
+        for line in lines:
+            yield line + b"\n"
+    if tail:
+        yield tail
+
+
+class _ZstdModule:
+    """The lines of a zstd file through the ``zstandard`` module, frame after frame; data that
+    ends inside a frame raises ``ZstdProgramError`` (its whole lines before come first)."""
+
+    def __init__(self, path: str) -> None:
+        self.file = open(path, "rb")
+
+    def _chunks(self) -> Iterator[bytes]:
+        import zstandard
+
+        dobj, pending = zstandard.ZstdDecompressor().decompressobj(), b""
+        while True:
+            data = pending or self.file.read(1 << 20)
+            pending = b""
+            if not data:
+                break
+            try:
+                out = dobj.decompress(data)
+            except zstandard.ZstdError as err:
+                raise ZstdProgramError(str(err)) from None
+            if out:
+                yield out
+            if dobj.eof:  # the frame ended: what follows is the next frame
+                pending, dobj = dobj.unused_data, zstandard.ZstdDecompressor().decompressobj()
+                if not pending:
+                    pending = self.file.read(1 << 20)
+                    if not pending:
+                        return
+        raise ZstdProgramError("the data ends inside a frame")
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from _whole_lines(self._chunks())  # a cut line is never yielded: the error is
+
+    def __enter__(self) -> _ZstdModule:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.file.close()
 
 
 class _ZstdProgram:
@@ -194,7 +246,8 @@ class _ZstdProgram:
         self.proc.stderr.close()
 
 
-def _open_binary(path: str, compression: str | None) -> io.BufferedIOBase | _ZstdProgram:
+def _open_binary(path: str, compression: str | None
+                 ) -> io.BufferedIOBase | _ZstdProgram | _ZstdModule:
     if compression == "gzip":
         return gzip.open(path, "rb")
     if compression == "zstd":
@@ -209,9 +262,8 @@ def _open_binary(path: str, compression: str | None) -> io.BufferedIOBase | _Zst
             raise ValueError(f"{path}: zstd-compressed (starts 28 b5 2f fd), but neither the "
                              "'zstandard' module nor the zstd program is installed here; "
                              "decompress it first or give a .gz/.jsonl file") from None
-        raw = open(path, "rb")
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(
-            raw, read_across_frames=True, closefd=True))
+        del zstandard
+        return _ZstdModule(path)
     return open(path, "rb")
 
 

@@ -55,7 +55,9 @@ _state: dict = {}
 
 
 def _init_worker(model_path: str, eod: int, split: bool, append_eod: bool, json_key: str,
-                 dtype: str) -> None:
+                 dtype: str, pool: bool = True) -> None:
+    if pool:  # a worker process: the processes are the parallelism, one thread each
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
     _state.update(encode=_encoder(model_path), eod=eod, split=split,
                   append_eod=append_eod, json_key=json_key, dtype=np.dtype(dtype))
 
@@ -63,7 +65,6 @@ def _init_worker(model_path: str, eod: int, split: bool, append_eod: bool, json_
 def _encoder(model_path: str):
     """texts -> token ids, for a sentencepiece model or a Hugging Face ``tokenizer.json``."""
     if os.path.basename(model_path) == HF_FILE:
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the worker processes are the threads
         from tokenizers import Tokenizer
 
         tok = Tokenizer.from_file(model_path)
@@ -142,7 +143,7 @@ def build_shards(inputs: list[str], tokenizer_dir: str, out_prefix: str, workers
             bar(len(result.tokens))
 
         if workers <= 0:
-            _init_worker(*init_args)
+            _init_worker(*init_args, pool=False)
             for chunk in _chunks(records, CHUNK_DOCS, CHUNK_BYTES):
                 consume(_encode_chunk(chunk))
         else:

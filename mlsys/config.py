@@ -157,8 +157,8 @@ def _check_blend(d: DataConfig) -> None:
     if not d.blend:
         raise ValueError("blend: an empty list (give [[weight, prefix], ...])")
     for i, (weight, _) in enumerate(d.blend):
-        if not weight > 0:
-            raise ValueError(f"blend[{i}]: weight {weight} is not positive")
+        if not (weight > 0 and math.isfinite(weight)):
+            raise ValueError(f"blend[{i}]: weight {weight} is not a positive number")
     prefixes = [p for _, p in d.blend]
     twice = sorted({p for p in prefixes if prefixes.count(p) > 1})
     if twice:

@@ -61,7 +61,8 @@ def resolve_ds_config(ds: dict[str, Any], cfg: RunConfig, world_size: int,
     stage = out.get("zero_optimization", {}).get("stage", 0)
     if stage not in (0, 1, 2, 3):
         raise ConfigError(f"{source}: zero_optimization.stage: must be 0-3, got {stage!r}")
-    device = out.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none")
+    offload = out.get("zero_optimization", {}).get("offload_optimizer") or {}
+    device = offload.get("device", "none")
     if device not in ("none", "cpu"):
         raise ConfigError(f"{source}: zero_optimization.offload_optimizer.device: {device!r}; "
                           "only cpu (or none) is supported")

@@ -192,6 +192,9 @@ def test_seed_variants_repeat_the_headline_runs_and_their_trunks(tmp_path):
                             source="s").train.seed == 1234
     assert not any(n.endswith("-seed1235") for n in plain)
     assert is_variant("wsd-lr2e-3-s2000-seed1235", "wsd")
+    # --runs picks a seed variant by its full name only
+    assert "wsd-lr2e-3-s2000-seed1235" not in select_runs(cfgs, ["wsd-lr2e-3-s2000", "wsd"])
+    assert list(select_runs(cfgs, ["wsd-lr2e-3-s2000-seed1235"])) == ["wsd-lr2e-3-s2000-seed1235"]
     assert seed_of("wsd-lr2e-3-s2000-seed1235") == 1235 and seed_of("wsd-lr2e-3-s2000") is None
     assert without_seed("wsd-lr2e-3-s2000-seed1235") == "wsd-lr2e-3-s2000"
 

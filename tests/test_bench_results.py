@@ -308,3 +308,17 @@ def test_a_trunk_run_only_for_its_seed_forks_stops_once_they_branched(
     assert json.loads(trunk.run_config.read_text())["train"]["seed"] == 7
     assert results.matching("wsd-seed7", chosen["wsd-seed7"]) is not None
     assert not results.path("stable-seed7").exists()
+    # a fresh machine with the fork's result committed does not start the trunk at all
+    fresh = run_configs(profile, "gpt", tmp_path / "fresh")
+    again = runner.select_runs(fresh, ["stable-seed7", "wsd-seed7"])
+    again, committed = runner.plan_runs(fresh, again, results)
+    assert committed == {"wsd-seed7"}
+    training_env.clear()
+    runner.train_all(again, profile.ds_config, 1, tmp_path / "fresh", root, jobs=2,
+                     results=results, skip=committed,
+                     sources_only=runner.sources_only(profile, again))
+    assert training_env == [] and not (tmp_path / "fresh" / "stable-seed7").exists()
+    with pytest.raises(ConfigError, match="stable-seed7: a trunk run only for its forks .* "
+                                          "--jobs 2"):
+        runner.train_all(again, profile.ds_config, 1, tmp_path / "fresh", root, jobs=1,
+                         results=results, skip=committed, sources_only={"stable-seed7"})

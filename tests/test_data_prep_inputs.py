@@ -221,6 +221,9 @@ def test_zstd_is_read_line_by_line_and_a_truncated_file_is_reported(tmp_path):
                         ("docs.jsonl.zst", 2, Problem("bad_type", str(path), 2,
                                                       "'text' is int, not a string"))]
     assert docs[-1] == ("docs.jsonl.zst", 20002, "document 19999.") and len(docs) == 20002
+    frames = tmp_path / "frames.jsonl.zst"  # two frames, as `cat a.zst b.zst` makes
+    frames.write_bytes(_zstd(GOOD) + _zstd(b'{"text": "the second frame."}\n'))
+    assert [d[2] for d in _docs([str(frames)])[0]] == ["a good document.", "the second frame."]
     cut = tmp_path / "cut.jsonl.zst"
     cut.write_bytes(data[: len(data) // 2])
     good, log = _docs([str(cut)])

@@ -1,7 +1,8 @@
 """ZeRO-Offload (``offload_optimizer: {device: cpu}``, ZeRO-2 and ZeRO-3): the engine trains
 with DeepSpeed's CPU Adam, and a V-cycle with mapped Adam moments (``vcycle.optimizer: map``)
 gives the losses of the same run without offload (torch's AdamW on the same fp32 numbers), step
-by step through both transitions; a resume inside the small phase continues it exactly."""
+by step through both transitions; a resume inside the small phase continues it exactly (both
+stages)."""
 
 from __future__ import annotations
 
@@ -46,13 +47,14 @@ def test_offload_trains_a_vcycle_as_without_it(gpt_data, tmp_path, stage):
     assert a.keys() == b.keys() and len(a) >= 12
     bad = {k: (a[k], b[k]) for k in a if abs(a[k] - b[k]) > TOLERANCE}
     assert not bad, bad
-    if stage == 2:  # resume inside the small phase (global step 4), CPU Adam state restored
-        keep_only_checkpoint(tmp_path / "offload", phase=1, step_in_phase=2)
-        train(tmp_path / "offload.yaml", "zero2-offload.json", nproc=1, extra=("--resume",),
-              log=tmp_path / "resume.log")
-        again = read_metrics(tmp_path / "offload" / "metrics.jsonl")
-        assert sum(r["event"] == "resume" for r in again) == 1
-        assert_same(offload, again)
+    # resume inside the small phase (global step 4): CPU Adam's state restored from the
+    # checkpoint continues the run exactly
+    keep_only_checkpoint(tmp_path / "offload", phase=1, step_in_phase=2)
+    train(tmp_path / "offload.yaml", f"zero{stage}-offload.json", nproc=1, extra=("--resume",),
+          log=tmp_path / "resume.log")
+    again = read_metrics(tmp_path / "offload" / "metrics.jsonl")
+    assert sum(r["event"] == "resume" for r in again) == 1
+    assert_same(offload, again)
 
 
 @pytest.mark.parametrize("zero, match", [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -184,9 +185,13 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
     start goes before a run from scratch). Runs in ``skip`` (their
     committed result stands for them) are not started; every run that finishes (or is found
     finished) gets its committed result written to ``results``. A run in ``sources_only``
-    (a trunk trained only for its forks: a seed variant's) is stopped (SIGTERM: it
-    checkpoints and exits; a later start resumes it) once every run of ``configs`` that
-    forks from it has branched; it gets no result."""
+    (a trunk trained only for its forks: a seed variant's; needs ``jobs`` > 1) is not started
+    when none of its forks is left to branch, and is stopped (SIGTERM: it checkpoints and
+    exits; a later start resumes it) once every run of ``configs`` that forks from it has
+    branched; it gets no result."""
+    if sources_only and jobs <= 1:
+        raise ConfigError(f"{', '.join(sorted(sources_only))}: a trunk run only for its forks "
+                          "is stopped once they branch beside it, which needs --jobs 2")
     def finish(name: str) -> None:
         if results is not None:
             results.save(name, configs[name])
@@ -209,10 +214,13 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
         prepare_default_data(parse_run_config(_plain(first)))
     pending, running, finished, stopping = list(configs), {}, set(), set()
 
+    def forks_pending(source: str) -> bool:
+        return any(n in pending for n, c in configs.items()
+                   if c.get("fork", {}).get("from") == source)
+
     def stop_spent_sources() -> None:
         for source in sources_only & set(running) - stopping:
-            forks = [n for n, c in configs.items() if c.get("fork", {}).get("from") == source]
-            if forks and not any(n in pending for n in forks):
+            if not forks_pending(source):
                 print(f"   {source}: every fork has branched; stopped (it resumes if started "
                       "again)", flush=True)
                 for p in running[source]:
@@ -224,6 +232,12 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
         # checkpoints are freed sooner, and a trunk trains beside its own decays
         for name in sorted(pending, key=lambda n: "fork" not in configs[n]):
             if skipped(name):  # needs no slot, nor its source
+                pending.remove(name)
+                finished.add(name)
+                continue
+            if name in sources_only and not forks_pending(name):  # nothing left to branch
+                print(f"== {configs[name]['name']}: every fork has branched; not started",
+                      flush=True)
                 pending.remove(name)
                 finished.add(name)
                 continue
@@ -248,8 +262,8 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
         for name, procs in list(running.items()):
             if all(p.poll() is not None for p in procs):
                 del running[name]
-                if name in stopping:
-                    if any(p.returncode for p in procs):
+                if name in stopping:  # exit 0 (checkpointed) or killed by it before start-up
+                    if any(p.returncode not in (0, -signal.SIGTERM) for p in procs):
                         raise RuntimeError(f"{name}: stopping it failed (see {name}.log)")
                     finished.add(name)
                     continue
@@ -274,12 +288,16 @@ def sources_only(profile: Profile, runs: dict[str, dict[str, Any]]) -> set[str]:
 def select_runs(configs: dict[str, dict[str, Any]], runs: list[str]
                 ) -> dict[str, dict[str, Any]]:
     """The configs named by ``runs``: a run's full name (``wsd-lr2e-3-s500``) or a profile
-    entry's name (``wsd``: all its sweep points). A name that matches nothing is an error."""
-    unknown = [r for r in runs if not any(is_variant(n, r) for n in configs)]
+    entry's name (``wsd``: all its sweep points); a seed variant only by its full name
+    (``wsd-lr2e-3-s2000-seed1235``). A name that matches nothing is an error."""
+    def chosen(name: str, r: str) -> bool:  # a seed variant only by its own name
+        return name == r or (seed_of(name) is None and is_variant(name, r))
+
+    unknown = [r for r in runs if not any(chosen(n, r) for n in configs)]
     if unknown:
         raise ConfigError(f"--runs: {', '.join(unknown)} matches no run of this profile "
                           f"(runs: {', '.join(configs)})")
-    return {n: c for n, c in configs.items() if any(is_variant(n, r) for r in runs)}
+    return {n: c for n, c in configs.items() if any(chosen(n, r) for r in runs)}
 
 
 def plan_runs(configs: dict[str, dict[str, Any]], chosen: dict[str, dict[str, Any]],
@@ -381,7 +399,11 @@ def check_epochs(configs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """``check_single_epoch`` over every run of a family (the profile's ``single_epoch``), on
     the data the runs will read (the default data prepared first, as ``train_all`` does)."""
     parsed = {n: parse_run_config(_plain(c), source=n) for n, c in configs.items()}
-    prefix = prepare_default_data(next(iter(parsed.values())))["data_prefix"]
+    paths = prepare_default_data(next(iter(parsed.values())))
+    if "data_prefix" not in paths:
+        raise ConfigError("single_epoch: the check reads one data_prefix; a data.blend is not "
+                          "supported (set single_epoch: false, and count the epochs yourself)")
+    prefix = paths["data_prefix"]
     figures = check_single_epoch(parsed, prefix)
     print(f"single epoch: the longest run ({figures['longest']}) reads "
           f"{figures['max_tokens_read']:,} of the train split's {figures['split_tokens']:,} "

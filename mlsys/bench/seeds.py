@@ -57,7 +57,8 @@ def seed_table(rows: dict[str, dict[str, Any]], records: dict[str, list[dict[str
         a, b, loss = [], [], []
         for k in keys:
             run = cycle if k is None else f"{cycle}-seed{k}"
-            if run not in rows or k not in losses:
+            if run not in rows or losses.get(k) is None \
+                    or rows[run]["final_val_loss_smoothed"] is None:  # missing, or no eval
                 a.append(None), b.append(None), loss.append(None)
                 continue
             a.append(_paired_saving(records[run], records[name[k]], losses[k], window))

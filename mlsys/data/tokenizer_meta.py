@@ -80,22 +80,31 @@ def hf_meta(tokenizer_dir: str | os.PathLike[str]) -> dict[str, Any]:
     data = _load_json(path)
     vocab = (data.get("model") or {}).get("vocab")
     if isinstance(vocab, list):  # Unigram: [[piece, score], ...], the id is the position
-        vocab = {piece: i for i, (piece, _) in enumerate(vocab)}
+        try:
+            vocab = {piece: i for i, (piece, _) in enumerate(vocab)}
+        except (TypeError, ValueError):
+            raise ValueError(f"{path}: model.vocab is not a list of [piece, score]") from None
     if not isinstance(vocab, dict) or not vocab:
         raise ValueError(f"{path}: no model vocabulary (model.vocab)")
-    ids = dict(vocab)
-    ids.update({t["content"]: int(t["id"]) for t in data.get("added_tokens") or []})
+    try:
+        ids = {str(piece): int(i) for piece, i in vocab.items()}
+        ids.update({t["content"]: int(t["id"]) for t in data.get("added_tokens") or []})
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ValueError(f"{path}: a vocabulary entry or added token is malformed ({err!r})"
+                         ) from None
     config_path = os.path.join(tokenizer_dir, HF_CONFIG)
     config = _load_json(config_path) if os.path.exists(config_path) else {}
-    named = {name: _token_text(config.get(f"{name}_token")) for name in
-             ("eos", "bos", "pad", "unk")}
+    map_path = os.path.join(tokenizer_dir, HF_FILES[2])  # older directories name them here
+    special = _load_json(map_path) if os.path.exists(map_path) else {}
+    named = {name: _token_text(config.get(f"{name}_token", special.get(f"{name}_token")))
+             for name in ("eos", "bos", "pad", "unk")}
     found = {name: None if text is None else ids.get(text) for name, text in named.items()}
     for name, text in named.items():
         if text is not None and found[name] is None:
             raise ValueError(f"{config_path}: {name}_token {text!r} is not in {path}")
     if found["eos"] is None:
         raise ValueError(f"{config_path}: no eos_token (documents end in it; a tokenizer "
-                         f"directory needs {HF_CONFIG} naming one)")
+                         f"directory needs {HF_CONFIG} or {HF_FILES[2]} naming one)")
     return {"format": HF_FORMAT, "model_file": HF_FILE, "model_sha256": sha256_file(path),
             "vocab_size": max(ids.values()) + 1,
             "ids": {"eod": found["eos"], "eos": found["eos"], "bos": found["bos"],

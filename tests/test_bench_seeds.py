@@ -67,6 +67,8 @@ def test_seed_variants_are_compared_seed_by_seed_and_only_there():
     page = render({"profile": "p", "family": "gpt", "ranks": 1, "ds_config": "z.json",
                    "budget": None, **result}, "p.png", "`cmd`")
     assert "## Seeds" in page and "| cycle | 1.0000 / 1.1000 / 0.9500 |" in page
+    assert "| +50.0% / +60.0% / +75.0% |" in page  # (a) per seed
+    assert "/ below the frontier | +" in page and "(n = 2 of 3) | no |" in page
 
 
 def test_a_saving_counts_when_its_mean_exceeds_its_spread_over_three_seeds():

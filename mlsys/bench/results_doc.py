@@ -67,14 +67,18 @@ def seed_section(seeds: dict[str, Any], target: str) -> list[str]:
     loss and savings, then mean ± standard deviation, and whether the saving counts."""
     keys = ["own" if k is None else str(k) for k in seeds["seeds"]]
 
-    def cells(values: list[float | None], spec: str) -> str:
-        return " / ".join("–" if v is None else format(v, spec) for v in values)
+    def cells(values: list[float | None], spec: str, missing: str = "–",
+              ran: list[float | None] | None = None) -> str:
+        """``missing`` where a run that ran has no value; "–" where there is no run."""
+        ran = ran or values
+        return " / ".join(format(v, spec) if v is not None else "–" if r is None else missing
+                          for v, r in zip(values, ran, strict=True))
 
     def mean_std(s: dict[str, Any], spec: str) -> str:
         if s["mean"] is None:
             return "–"
         std = "" if s["std"] is None else f" ± {format(s['std'], spec.lstrip('+'))}"
-        return f"{format(s['mean'], spec)}{std} (n = {s['n']})"
+        return f"{format(s['mean'], spec)}{std} (n = {s['n']} of {len(keys)})"
 
     t = seeds["target"]
     lines = ["## Seeds", "",
@@ -84,15 +88,18 @@ def seed_section(seeds: dict[str, Any], target: str) -> list[str]:
              f"{mean_std(t['spread'], '.4f')}. Saved (a) is paired (each seed's V-cycle "
              "against the same seed's target baseline); (b) reads the one frontier above. A "
              "saving counts where its mean exceeds its standard deviation, over ≥ 3 seeds "
-             "(`mlsys/bench/seeds.py`).", "",
+             "(`mlsys/bench/seeds.py`); a seed whose V-cycle does not reach its target (a) or "
+             "ends below the whole frontier (b) has no value and is left out of the mean "
+             "(n says how many count).", "",
              "| run | val loss per seed | saved (a) per seed | saved (a): mean ± sd | "
              "saved (b) per seed | saved (b): mean ± sd | counts |",
              "|---|---|---|---|---|---|---|"]
     for r in seeds["runs"]:
+        loss = r["final_val_loss_smoothed"]
         lines.append(f"| {r['name']} | {cells(r['final_val_loss_smoothed'], '.4f')} | "
-                     f"{cells(r['saving_flops'], '+.1%')} | "
+                     f"{cells(r['saving_flops'], '+.1%', 'not reached', loss)} | "
                      f"{mean_std(r['spread_flops'], '+.1%')} | "
-                     f"{cells(r['saving_frontier'], '+.1%')} | "
+                     f"{cells(r['saving_frontier'], '+.1%', 'below the frontier', loss)} | "
                      f"{mean_std(r['spread_frontier'], '+.1%')} | "
                      f"{'yes' if r['counts'] else 'no'} |")
     return lines

@@ -35,7 +35,23 @@ WORD_START = "\u2581"
 MASK_PROB = 0.15
 
 
-class SentencePieceTokenizer(MegatronTokenizerBase):
+class PretrainingTokenizer(MegatronTokenizerBase):
+    """What both pre-training tokenizers share: ``_vocab`` / ``_inv_vocab`` (set by the
+    subclass) as megatron's ``vocab`` / ``inv_vocab``, and no chat template."""
+
+    def apply_chat_template(self, *args, **kwargs):
+        raise NotImplementedError("no chat template for pre-training tokenizers")
+
+    @property
+    def vocab(self) -> dict[str, int]:
+        return self._vocab
+
+    @property
+    def inv_vocab(self) -> dict[int, str]:
+        return self._inv_vocab
+
+
+class SentencePieceTokenizer(PretrainingTokenizer):
     """A sentencepiece model as a megatron-core tokenizer (``MegatronTokenizerBase``).
 
     ``inv_vocab`` maps id -> piece in megatron's WordPiece convention (a piece that continues a
@@ -75,17 +91,6 @@ class SentencePieceTokenizer(MegatronTokenizerBase):
         if isinstance(ids, torch.Tensor | np.ndarray):
             ids = ids.tolist()
         return self.sp.decode([int(i) for i in ids])
-
-    def apply_chat_template(self, *args, **kwargs):
-        raise NotImplementedError("no chat template for pre-training tokenizers")
-
-    @property
-    def vocab(self) -> dict[str, int]:
-        return self._vocab
-
-    @property
-    def inv_vocab(self) -> dict[int, str]:
-        return self._inv_vocab
 
     @property
     def vocab_size(self) -> int:

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from megatron.core.tokenizers import MegatronTokenizerBase
 
+from mlsys.data.megatron import PretrainingTokenizer
 from mlsys.data.tokenizer_meta import read_meta
 
 
-class TokenizerJson(MegatronTokenizerBase):
+class TokenizerJson(PretrainingTokenizer):
     def __init__(self, tokenizer_dir: str):
         from tokenizers import Tokenizer
 
@@ -40,17 +40,6 @@ class TokenizerJson(MegatronTokenizerBase):
         if isinstance(ids, torch.Tensor | np.ndarray):
             ids = ids.tolist()
         return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
-
-    def apply_chat_template(self, *args, **kwargs):
-        raise NotImplementedError("no chat template for pre-training tokenizers")
-
-    @property
-    def vocab(self) -> dict[str, int]:
-        return self._vocab
-
-    @property
-    def inv_vocab(self) -> dict[int, str]:
-        return self._inv_vocab
 
     @property
     def vocab_size(self) -> int:

@@ -291,6 +291,12 @@ class TrainConfig(_Strict):
     keep_checkpoints: int = Field(default=2, gt=0)
     """How many checkpoints are kept (the newest, ≥ 1); older ones are removed only after a
     new one checks out. May change on resume."""
+    portable_checkpoints: bool = True
+    """Every checkpoint also holds the run's state without a per-rank layout (``portable/``:
+    full fp32 weights, Adam's moments and step, the LR scheduler; about as large again as
+    DeepSpeed's own files), so that it resumes on another number of ranks (a job requeued onto
+    more or fewer nodes). false: a checkpoint resumes only on the rank count that wrote it.
+    May change on resume."""
     log_every: int = Field(default=1, gt=0)
     """A step record (the mean loss of the steps since the last one, lr, throughput, memory)
     every K global steps, and at every evaluation, checkpoint and phase end. A record is the

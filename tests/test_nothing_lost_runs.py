@@ -230,21 +230,26 @@ def test_sigterm_during_a_transition_checkpoints_after_it(gpt_data, tmp_path) ->
     assert [r["step"] for r in records if r["event"] == "step"] == list(range(1, 13))
 
 
-def test_a_checkpoint_of_two_ranks_is_refused_on_one(gpt_data, tmp_path) -> None:
-    """A resume onto another rank count (a requeue onto fewer nodes) is refused before anything
-    is touched: DeepSpeed's optimizer state and the RNG state are saved per rank."""
+def test_a_checkpoint_of_two_ranks_without_portable_state_is_refused_on_one(gpt_data,
+                                                                           tmp_path) -> None:
+    """Without ``train.portable_checkpoints`` a resume onto another rank count (a requeue onto
+    fewer nodes) is refused before anything is touched: DeepSpeed's optimizer state and the
+    RNG state are saved per rank. (With it, the default, it resumes:
+    ``tests/test_portable_checkpoint.py``.)"""
     import shutil
 
     from tests.tiny_run import train
 
     run = tmp_path / "run"
     config = _config(gpt_data, tmp_path / "run.yaml", run, steps=4,
-                     train={"checkpoint_every": 2})
+                     train={"checkpoint_every": 2, "portable_checkpoints": False})
     train(config, "zero1.json", nproc=2, log=tmp_path / "two.log")
+    assert not list(run.glob("checkpoints/*/portable"))
     (run / "done.json").unlink()  # as if the job had been killed after its last checkpoint
     shutil.rmtree(run / "final")
     before = _unchanged(run)
     res = _launch(config)  # one rank
     assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
     assert "written by 2 ranks, and this start has 1" in res.stdout + res.stderr
+    assert "no portable/ state" in res.stdout + res.stderr
     assert _unchanged(run) == before

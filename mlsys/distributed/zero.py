@@ -51,6 +51,32 @@ def read_full(params: dict[str, torch.Tensor]) -> Iterator[dict[str, torch.Tenso
         yield values
 
 
+def local_partition(param: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """This rank's slice of the full ``value`` of a ZeRO-3 ``param``, zero-padded at the end
+    as ZeRO-3 pads its partitions (DeepSpeed 0.19.8's full setters slice past the end on the
+    last rank when the size does not divide by the world size: set partitions instead)."""
+    import torch.distributed as dist
+
+    n = param.ds_tensor.numel()
+    rank = dist.get_rank(group=param.ds_process_group)
+    flat = value.detach().flatten()
+    flat = torch.cat([flat, flat.new_zeros(max(0, n * (rank + 1) - flat.numel()))])
+    return flat[n * rank: n * (rank + 1)]
+
+
+def write_master(param: torch.Tensor, value: torch.Tensor) -> None:
+    """Set the optimizer's fp32 master of ``param`` (owned by a DeepSpeed engine) to the full
+    tensor ``value``; the module parameter itself is not changed (``write_full`` does that).
+    Collective for ZeRO-3 parameters."""
+    from deepspeed.utils import safe_set_full_fp32_param, safe_set_local_fp32_param
+
+    value = value.to(torch.float32)
+    if is_partitioned(param):
+        safe_set_local_fp32_param(param, local_partition(param, value))
+    else:
+        safe_set_full_fp32_param(param, value.reshape(full_shape(param)))
+
+
 @contextmanager
 def write_full(params: Sequence[torch.Tensor]) -> Iterator[None]:
     """Gather ``params`` for writing; rank 0's values are kept and re-partitioned on exit."""

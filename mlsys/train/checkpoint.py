@@ -5,7 +5,10 @@ controller state also goes into DeepSpeed's client state), ``rng/rank<r>.pt`` (e
 torch / numpy / python RNG as plain tensors and numbers, loaded with ``weights_only=True``),
 ``controller.json`` and ``manifest.json``: size and SHA-256 of every file above and of the
 saved weights the state refers to, written last by rank 0 after every file was fsync'd. The
-manifest is the completion marker: a tag without it is incomplete. Tags are
+manifest is the completion marker: a tag without it is incomplete. With
+``train.portable_checkpoints`` a tag also holds ``portable/`` (``mlsys.train.portable``): the
+same state without a per-rank layout, which ``load_checkpoint`` reads instead of DeepSpeed's
+files when the tag was written by another number of ranks. Tags are
 ``step<global step>-phase<phase>``; a resume loads the newest tag whose files match its
 manifest and whose ``controller.json`` is listed there and reads, reporting each newer one
 that does not and falling back to the one before. The saved interpolation weights live
@@ -28,6 +31,7 @@ import torch
 from mlsys.atomic import atomic_path, fsync_tree, write_json
 from mlsys.distributed.process import barrier, rank
 from mlsys.train.manifest import MANIFEST, lists, manifest_problem, write_manifest
+from mlsys.train.portable import load_portable, save_portable
 from mlsys.train.rundir import RunDir, RunDirError
 from mlsys.train.state import ControllerState
 
@@ -116,9 +120,11 @@ class CheckpointError(RuntimeError):
     the previous checkpoint is untouched."""
 
 
-def save_checkpoint(engine: Any, root: str | Path, state: ControllerState, keep: int) -> str:
-    """Save engine + RNG + manifest + state under a new tag (collective); keep the newest
-    ``keep`` tags, never pruning when the new one does not check out. On a write error the
+def save_checkpoint(engine: Any, root: str | Path, state: ControllerState, keep: int,
+                    portable: bool = True) -> str:
+    """Save engine + RNG (+ the rank-independent state with ``portable``) + manifest + state
+    under a new tag (collective); keep the newest ``keep`` tags, never pruning when the new
+    one does not check out. On a write error the
     partial tag is removed and ``CheckpointError`` names the tag, the cause and the
     checkpoint that is still there."""
     root = Path(root)
@@ -132,6 +138,9 @@ def save_checkpoint(engine: Any, root: str | Path, state: ControllerState, keep:
         rng_dir = root / tag / "rng"
         rng_dir.mkdir(parents=True, exist_ok=True)
         torch.save(_rng_state(), rng_dir / f"rank{rank()}.pt")
+        if portable:
+            save_portable(engine, root / tag, state.world_size)
+        barrier()  # every file is written (and renamed) before any rank walks the tag
         fsync_tree(root / tag)  # every rank: what it wrote is on disk before the manifest
         barrier()
         if rank() == 0:
@@ -151,8 +160,23 @@ def save_checkpoint(engine: Any, root: str | Path, state: ControllerState, keep:
     return tag
 
 
-def load_checkpoint(engine: Any, root: str | Path, tag: str) -> ControllerState:
-    """Load engine state and this rank's RNG from ``tag`` (collective); returns the state."""
+def load_checkpoint(engine: Any, root: str | Path, tag: str, world: int,
+                    seed: int) -> ControllerState:
+    """Load engine state and this rank's RNG from ``tag`` (collective); returns the state,
+    its ``world_size`` set to ``world``. A tag written by another number of ranks than
+    ``world`` is loaded from its ``portable/`` state (``mlsys.train.portable``); each rank
+    then takes the RNG of the old rank of its number where there was one, else the
+    dropout stream a fresh start gives it (``seed`` + 1 + rank)."""
+    state = read_state(root, tag)
+    if state.world_size and state.world_size != world:
+        load_portable(engine, Path(root) / tag)
+        rng_file = Path(root) / tag / "rng" / f"rank{rank()}.pt"
+        if rng_file.is_file():
+            _set_rng_state(torch.load(rng_file, weights_only=True))
+        else:
+            torch.manual_seed(seed + 1 + rank())
+        state.world_size = world
+        return state
     path, client = engine.load_checkpoint(str(root), tag=tag, load_optimizer_states=True,
                                           load_lr_scheduler_states=True)
     if path is None:

@@ -126,7 +126,8 @@ class Controller:
                 self._evaluate()  # the loaded model's validation loss, before any step
             return
         self._new_engine(model, phase)
-        self.state = ckpt.load_checkpoint(self.engine, self.run_dir.checkpoints, tag)
+        self.state = ckpt.load_checkpoint(self.engine, self.run_dir.checkpoints, tag,
+                                          self.world, self.cfg.train.seed)
         if self.rank == 0:
             evals = [r for r in read_metrics(self.run_dir.metrics) if r["event"] == "eval"]
             self.last_val = evals[-1]["val_loss"] if evals else None
@@ -183,7 +184,8 @@ class Controller:
         self.state.wall_seconds = self._wall()
         self._t0 = time.perf_counter()
         tag = ckpt.save_checkpoint(self.engine, self.run_dir.checkpoints, self.state,
-                                   self.cfg.train.keep_checkpoints)
+                                   self.cfg.train.keep_checkpoints,
+                                   self.cfg.train.portable_checkpoints)
         self._record("checkpoint", tag=tag)
         self.log.flush()
 

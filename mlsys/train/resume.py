@@ -22,6 +22,7 @@ from mlsys.config import ConfigError, RunConfig, parse_run_config
 from mlsys.distributed.process import from_main, is_main
 from mlsys.train.checkpoint import latest_good_tag, read_state, tags
 from mlsys.train.metrics import last_position, truncate_after
+from mlsys.train.portable import has_portable
 from mlsys.train.rundir import RunDir, RunDirError
 from mlsys.train.runlock import RunLock
 
@@ -29,8 +30,8 @@ from mlsys.train.runlock import RunLock
 # evaluates, checkpoints, exports levels; its name; where megatron caches its indices; the
 # peak MFU is reported against).
 SAFE_CHANGES = ("name", "train.eval_every", "train.log_every", "train.checkpoint_every",
-                "train.keep_checkpoints", "train.data_workers", "train.export_levels",
-                "train.peak_tflops", "data.cache_dir")
+                "train.keep_checkpoints", "train.portable_checkpoints", "train.data_workers",
+                "train.export_levels", "train.peak_tflops", "data.cache_dir")
 IGNORED = ("run_dir",)  # a run directory may be moved or named differently
 
 
@@ -112,14 +113,18 @@ def _decide(run: RunDir, cfg: RunConfig, resume: bool | str, accept: Iterable[st
         return Start(None)
     logged_through = last_position(run.metrics) if run.metrics.exists() else None
     at = read_state(run.checkpoints, tag)
-    if world is not None and at.world_size and at.world_size != world:
+    moved = world is not None and at.world_size and at.world_size != world
+    if moved and not has_portable(run.checkpoints / tag):
         raise RunDirError(f"{run.checkpoints / tag}: written by {at.world_size} ranks, and this "
-                          f"start has {world}: a checkpoint resumes only on the rank count "
-                          f"that wrote it (DeepSpeed's optimizer and RNG state are per rank); "
-                          f"nothing was changed. Start with {at.world_size} ranks")
+                          f"start has {world}: the checkpoint has no portable/ state "
+                          f"(train.portable_checkpoints was false when it was written), and "
+                          f"DeepSpeed's optimizer and RNG state are per rank; nothing was "
+                          f"changed. Start with {at.world_size} ranks")
     dropped = truncate_after(run.metrics, at.global_step, at.phase) if run.metrics.exists() else 0
+    ranks = f"; written by {at.world_size} ranks, resumed on {world} from its portable " \
+        "state" if moved else ""
     print(f"resuming from {tag} (phase {at.phase}, step {at.step_in_phase}; dropped "
-          f"{dropped} later records)", flush=True)
+          f"{dropped} later records{ranks})", flush=True)
     return Start(tag, logged_through=logged_through)
 
 

@@ -27,7 +27,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from mlsys.distributed.zero import full_shape, has_master, is_partitioned
+from mlsys.distributed.zero import full_shape, has_master, is_partitioned, local_partition
 from mlsys.operators.api import moment_plans
 
 MOMENTS = {"exp_avg": 1, "exp_avg_sq": 2}
@@ -111,15 +111,8 @@ class DeepSpeedAdamState:
         if not is_partitioned(param):
             safe_set_full_optimizer_state(param, value.reshape(full_shape(param)), key)
             return
-        # ZeRO-3: write this rank's (padded) partition; DeepSpeed 0.19.8's full setter slices
-        # past the end on the last rank when the size does not divide by the world size.
-        import torch.distributed as dist
-
-        n = param.ds_tensor.numel()
-        rank = dist.get_rank(group=param.ds_process_group)
-        flat = value.detach().flatten()
-        flat = torch.cat([flat, flat.new_zeros(max(0, n * (rank + 1) - flat.numel()))])
-        safe_set_local_optimizer_state(param, flat[n * rank: n * (rank + 1)], key)
+        # ZeRO-3: this rank's (padded) partition (``local_partition`` says why)
+        safe_set_local_optimizer_state(param, local_partition(param, value), key)
 
     def _base(self) -> torch.optim.Optimizer:
         return getattr(self.engine.optimizer, "optimizer", self.engine.optimizer)

@@ -73,10 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("corpus", help="write the embedded default corpus (Python stdlib)")
     c.add_argument("--out", required=True, help="directory; writes <source>_<kind>.jsonl")
-    c.add_argument("--source", choices=["stdlib", "packages"], default="stdlib",
-                   help="stdlib: the standard library; packages: it plus site-packages")
-    c.add_argument("--kind", choices=["prose", "code"], default="prose",
-                   help="prose: docstrings and comments (BERT); code: module sources (GPT)")
+    c.add_argument("--source", choices=["stdlib", "packages", "packages-mixed"],
+                   default="stdlib", help="stdlib: the standard library; packages: it plus "
+                   "site-packages; packages-mixed: the same, kind mixed")
+    c.add_argument("--kind", choices=["prose", "code", "mixed"], default="prose",
+                   help="prose: docstrings and comments (BERT); code: module sources (GPT); "
+                   "mixed: prose, then the module's code one line a paragraph (BERT, long)")
     c.add_argument("--limit", type=int, default=None, help="first N modules only (tests)")
     c.set_defaults(fn=_corpus)
 
@@ -84,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(vision: the digits image shards); prints the paths as JSON")
     pr.add_argument("--out", default="data/default", help="a run's data.prepare_dir")
     pr.add_argument("--kind", choices=["causal", "masked", "vision"], required=True)
-    pr.add_argument("--source", choices=["stdlib", "packages"], default="stdlib")
+    pr.add_argument("--source", choices=["stdlib", "packages", "packages-mixed"],
+                    default="stdlib", help="packages-mixed: masked only, prose and code")
     pr.add_argument("--vocab-size", type=int, default=4096)
     pr.add_argument("--workers", type=int, default=2, help="tokenizer processes")
     pr.add_argument("--image-size", type=int, default=32, help="vision: square side")

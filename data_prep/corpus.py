@@ -113,7 +113,7 @@ def iter_corpus(kind: str, limit: int | None = None) -> Iterator[dict]:
             return
 
 
-SOURCES = ("stdlib", "packages")
+SOURCES = ("stdlib", "packages", "packages-mixed")
 
 
 def corpus_path(out_dir: str, kind: str, source: str = "stdlib") -> str:
@@ -127,17 +127,22 @@ def write_corpus(out_dir: str, kind: str = "prose", limit: int | None = None,
     """Write ``out_dir/<source>_<kind>.jsonl`` atomically (``mlsys.atomic``: a temp name,
     fsync'd and renamed when complete).
 
-    ``source``: "stdlib" (this module) or "packages" (:mod:`data_prep.packages`: the standard
-    library plus site-packages). Returns the documents, characters and the file's sha256.
+    ``source``: "stdlib" (this module), "packages" (:mod:`data_prep.packages`: the standard
+    library plus site-packages) or "packages-mixed" (the same walk, kind ``mixed`` only).
+    Returns the documents, characters and the file's sha256.
     """
     os.makedirs(out_dir, exist_ok=True)
     remove_stale_temps(out_dir)
     path = corpus_path(out_dir, kind, source)
-    if source == "packages":
+    if (source == "packages-mixed") != (kind == "mixed"):
+        raise ValueError(f"kind {kind!r} and source {source!r}: the mixed kind is the "
+                         "packages-mixed source's, and only its")
+    if source.startswith("packages"):
         from data_prep.packages import corpus_meta, iter_package_corpus
 
         stats: dict = {}
-        docs_iter, extra = iter_package_corpus(kind, limit, stats=stats), corpus_meta()
+        docs_iter = iter_package_corpus(kind, limit, stats=stats)
+        extra = corpus_meta(source=source)
         extra["skipped"] = stats
     else:
         docs_iter, extra = iter_corpus(kind, limit), {"stdlib": str(stdlib_root())}

@@ -6,9 +6,10 @@ and was made from the same inputs (corpus: same interpreter; tokenizer: same cor
 size and model type; shards: same tokenizer hash and corpus size), else rebuilt.
 
 ``source="packages"`` (:mod:`data_prep.packages`: the standard library plus site-packages) builds
-under ``out_dir/packages-<kind>/`` instead; its corpus is reused only for the same interpreter and
-the same installed distributions, and its tokenizer is trained on a deterministic sample (every
-k-th document, k chosen so that the sample holds about ``TOKENIZER_SAMPLE_CHARS`` characters,
+under ``out_dir/packages-<kind>/`` instead (``packages-mixed``, masked only:
+``packages-mixed-masked/``); its corpus is reused only for the same interpreter and the same
+installed distributions, and its tokenizer is trained on a deterministic sample (every k-th
+document, k chosen so that the sample holds about ``TOKENIZER_SAMPLE_CHARS`` characters,
 written to ``tokenizer_sample.jsonl``), the shards on the whole corpus.
 """
 
@@ -56,10 +57,10 @@ def _corpus_current(meta: dict | None, corpus: str, source: str) -> bool:
     if not (meta and os.path.exists(corpus) and meta.get("limit") is None
             and meta.get("python") == sys.version.split()[0]):
         return False
-    if source == "packages":
+    if source.startswith("packages"):
         from data_prep.packages import corpus_meta
 
-        return all(meta.get(k) == v for k, v in corpus_meta().items())
+        return all(meta.get(k) == v for k, v in corpus_meta(source=source).items())
     return True
 
 
@@ -67,13 +68,17 @@ def prepare_default(out_dir: str, kind: str, vocab_size: int = 4096, workers: in
                     source: str = "stdlib") -> dict:
     """Build (or reuse) the default corpus, tokenizer and shards for ``kind``:
     "causal" (source code, documents ending in eod) or "masked" (prose, one sequence per
-    sentence). ``source``: "stdlib" (the default) or "packages" (the large corpus).
+    sentence). ``source``: "stdlib" (the default), "packages" (the large corpus) or, masked
+    only, "packages-mixed" (its prose and its code, :func:`data_prep.packages.mixed_text`).
 
     Returns ``{"tokenizer_dir", "data_prefix", "num_tokens"}``.
     """
     if kind not in KIND_TO_CORPUS:
         raise ValueError(f"kind must be 'causal' or 'masked', not {kind!r}")
-    corpus_kind = KIND_TO_CORPUS[kind]
+    if source == "packages-mixed" and kind != "masked":
+        raise ValueError("source 'packages-mixed' is a masked-LM corpus (prose and code as "
+                         "sentences); a causal LM's packages corpus is source 'packages'")
+    corpus_kind = "mixed" if source == "packages-mixed" else KIND_TO_CORPUS[kind]
     base = os.path.join(out_dir, kind if source == "stdlib" else f"{source}-{kind}")
     corpus = corpus_path(base, corpus_kind, source)
     corpus_meta_path = os.path.join(base, "corpus.json")

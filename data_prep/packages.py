@@ -17,9 +17,15 @@ least 80 % of its characters are letters or whitespace and at least 60 % of its 
 alphabetic (trailing punctuation aside): English, not code, tables or format strings. Kept
 literals follow the docstrings and comments in source order, each once per module.
 
-More prose files (``prose`` only; ``code`` stays ``.py`` sources): ``.pyi`` stubs and Cython
-``.pyx`` / ``.pxd`` (read like Python: what parses and tokenizes), and the comments of the C /
-C++ / CUDA sources and headers the packages ship (``C_SUFFIXES``: torch's ``include/``,
+A third kind, ``mixed`` (source ``packages-mixed`` of ``prepare_default``: BERT's corpus for
+budgets its prose alone cannot feed without repetition), walks the prose files and gives each
+its prose followed, for a ``.py`` module, by its source one stripped line a paragraph
+(:func:`mixed_text`), so that a masked LM's sentences are prose sentences and code lines, as
+CodeBERT trains on both.
+
+More prose files (``prose`` and ``mixed``; ``code`` stays ``.py`` sources): ``.pyi`` stubs and
+Cython ``.pyx`` / ``.pxd`` (read like Python: what parses and tokenizes), and the comments of
+the C / C++ / CUDA sources and headers the packages ship (``C_SUFFIXES``: torch's ``include/``,
 pyarrow's, numpy's, deepspeed's ``csrc``; :func:`c_comments`). Comment paragraphs that mention a
 copyright, licence or SPDX tag are dropped in every language (the same header in thousands of
 files would be repetition, and license texts are not prose to learn). ``RULE`` names this rule;
@@ -70,6 +76,7 @@ MIN_PROSE_WORDS = 8
 MIN_COMMENT_WORDS = 4
 C_SUFFIXES = (".h", ".hh", ".hpp", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".cu")
 PROSE_SUFFIXES = (".py", ".pyi", ".pyx", ".pxd", *C_SUFFIXES)
+PACKAGE_KINDS = (*KINDS, "mixed")  # mixed: prose, then a module's code (BERT's long budgets)
 _LICENSE = re.compile(r"copyright|licen[cs]e|spdx", re.IGNORECASE)
 _SKIP_PARTS = {"__pycache__", "site-packages", "dist-packages"}
 _SKIP_SUFFIXES = (".dist-info", ".egg-info")
@@ -209,6 +216,22 @@ def package_prose(source: str, suffix: str = ".py") -> str:
     return "\n\n".join(p for p in parts if p).strip()
 
 
+def code_lines(source: str) -> str:
+    """A module's source as prose-like text for a masked LM: every non-blank line, stripped,
+    its own paragraph (so ``split_sentences`` makes it one sentence, or more where the line
+    itself holds a sentence boundary)."""
+    return "\n\n".join(line.strip() for line in source.splitlines() if line.strip())
+
+
+def mixed_text(source: str, suffix: str = ".py") -> str:
+    """The ``mixed`` kind's document of one file (BERT's long-budget corpus): its prose
+    (``package_prose``), then, for a Python module, its source one line a paragraph
+    (``code_lines``); the other prose files (stubs, Cython, C) their prose only."""
+    prose = package_prose(source, suffix)
+    code = code_lines(source) if suffix == ".py" else ""
+    return "\n\n".join(p for p in (prose, code) if p)
+
+
 def iter_package_corpus(kind: str, limit: int | None = None,
                         roots: list[tuple[str, Path]] | None = None,
                         stats: dict | None = None) -> Iterator[dict]:
@@ -217,8 +240,8 @@ def iter_package_corpus(kind: str, limit: int | None = None,
     ``limit``: stop after that many documents. ``stats`` (a dict, optional) is filled with the
     counts of files seen and skipped (``too_large``, ``undecodable``, ``empty``, ``duplicate``).
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    if kind not in PACKAGE_KINDS:
+        raise ValueError(f"kind must be one of {PACKAGE_KINDS}, not {kind!r}")
     stats = stats if stats is not None else {}
     for key in ("files", "too_large", "undecodable", "empty", "duplicate"):
         stats.setdefault(key, 0)
@@ -234,7 +257,8 @@ def iter_package_corpus(kind: str, limit: int | None = None,
             if source is None:
                 stats["undecodable"] += 1
                 continue
-            text = source if kind == "code" else package_prose(source, path.suffix)
+            text = (source if kind == "code" else mixed_text(source, path.suffix)
+                    if kind == "mixed" else package_prose(source, path.suffix))
             if not text.strip():
                 stats["empty"] += 1
                 continue
@@ -264,9 +288,9 @@ def distributions(roots: list[tuple[str, Path]] | None = None) -> list[str]:
     return sorted(out)
 
 
-def corpus_meta(roots: list[tuple[str, Path]] | None = None) -> dict:
+def corpus_meta(roots: list[tuple[str, Path]] | None = None, source: str = "packages") -> dict:
     """What the bytes of the packages corpus depend on (compared by ``prepare_default``)."""
-    return {"source": "packages", "rule": RULE, "python": sys.version.split()[0],
+    return {"source": source, "rule": RULE, "python": sys.version.split()[0],
             "distributions": distributions(roots), "max_file_bytes": MAX_FILE_BYTES}
 
 

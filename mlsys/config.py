@@ -199,11 +199,13 @@ class DataConfig(_Strict):
     prepare_vocab_size: int = Field(default=4096, gt=0)
     """Text, default corpus only: the vocabulary size of the tokenizer trained on it (the
     model's vocabulary follows it unless ``model.vocab_size`` is set)."""
-    prepare_source: Literal["stdlib", "packages"] = "stdlib"
+    prepare_source: Literal["stdlib", "packages", "packages-mixed"] = "stdlib"
     """Text, default corpus only: ``stdlib``, the Python standard library's sources (code, for
     a causal LM) or prose (for a masked LM); ``packages``, the standard library plus the
     installed site-packages (``data_prep.packages``: a larger corpus, its tokenizer trained on
-    a deterministic sample of it)."""
+    a deterministic sample of it); ``packages-mixed``, masked LMs only: the packages' prose
+    and, after each module's prose, its code one line a sentence (about 5× the prose alone:
+    long budgets without repetition)."""
     seq_length: int = Field(gt=1)
     """Tokens per sample (> 1). Text: at most ``model.max_position``. Vision: exactly the
     tokens the model sees per image, (image_size / patch_size)² + the family's
@@ -507,6 +509,9 @@ class RunConfig(_Strict):
                 (self.data.tokenizer_dir is None) != (self.data.data_prefix is None):
             raise ValueError("data.tokenizer_dir and data.data_prefix: give both, or neither "
                              "(neither: the default corpus is prepared under prepare_dir)")
+        elif self.data.prepare_source == "packages-mixed" and self.family.kind != "masked":
+            raise ValueError(f"data.prepare_source: packages-mixed is a masked-LM corpus; "
+                             f"{m.family} is {self.family.kind} (use packages)")
         elif self.data.seq_length > m.max_position:
             raise ValueError(f"data.seq_length: {self.data.seq_length} exceeds "
                              f"model.max_position {m.max_position}")

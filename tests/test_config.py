@@ -136,3 +136,12 @@ def test_demo_rejects_bad_config_without_starting_ranks(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "model.num_heads" in res.stderr
     assert "deepspeed" not in res.stderr.lower() and not (tmp_path / "run").exists()
+
+
+def test_packages_mixed_is_for_masked_lms() -> None:
+    assert parse_run_config(with_("data.prepare_source", "packages-mixed")).data \
+        .prepare_source == "packages-mixed"  # BERT
+    gpt = with_("data.prepare_source", "packages-mixed")
+    gpt["model"]["family"] = "gpt"
+    with pytest.raises(ConfigError, match=r"data\.prepare_source: packages-mixed is a masked"):
+        parse_run_config(gpt, "run.yaml")

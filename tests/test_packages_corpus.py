@@ -166,3 +166,43 @@ def test_prepare_default_packages_is_idempotent(tmp_path, monkeypatch):
                             source="packages")
     assert again == out
     assert all(os.path.getmtime(p) == t for p, t in stamps.items())
+
+
+def test_mixed_kind_is_prose_then_code_lines(roots):
+    """``mixed``: a module's prose, then its source one stripped line a paragraph, so that the
+    sentence splitter makes every code line a sentence; a module with code but no prose is in."""
+    from data_prep.sentences import split_sentences
+
+    docs = list(packages.iter_package_corpus("mixed", roots=roots))
+    assert [d["module"] for d in docs] == [
+        "stdlib/alpha/mod.py", "stdlib/zeta.py", "site-packages/Apkg/upper.py",
+        "site-packages/pkg/core.py"]
+    assert split_sentences(docs[0]["text"]) == [
+        "Module a: the first one.", "a comment", '"""Module a: the first one."""',
+        "# a comment", "X = 1"]
+    assert split_sentences(docs[1]["text"]) == [
+        "Return two, always.", "def f():", '"""Return two, always."""', "return 2"]
+    assert docs[2]["text"] == "V = 1"
+    with pytest.raises(ValueError, match="mixed kind"):
+        write_corpus(str(roots[0][1]), "mixed", source="packages")
+
+
+def test_prepare_default_packages_mixed(tmp_path, monkeypatch):
+    """The masked corpus with code: its own directory and corpus record, every prose token
+    still in it (the same slice's prose-only shards hold fewer tokens), causal refused."""
+    root = stdlib_root()
+    monkeypatch.setattr(packages, "default_roots",
+                        lambda: [("stdlib", root / "json"), ("site-packages", root / "email")])
+    monkeypatch.setattr("data_prep.default.TOKENIZER_SAMPLE_CHARS", 100_000)
+    mixed = prepare_default(str(tmp_path), "masked", vocab_size=512, workers=0,
+                            source="packages-mixed")
+    prose = prepare_default(str(tmp_path), "masked", vocab_size=512, workers=0,
+                            source="packages")
+    base = tmp_path / "packages-mixed-masked"
+    corpus = json.loads((base / "corpus.json").read_text())
+    assert corpus["source"] == "packages-mixed" and corpus["kind"] == "mixed"
+    assert mixed["data_prefix"] == str(base / "shards")
+    assert mixed["num_tokens"] > 2 * prose["num_tokens"]
+    with pytest.raises(ValueError, match="masked-LM corpus"):
+        prepare_default(str(tmp_path), "causal", vocab_size=512, workers=0,
+                        source="packages-mixed")

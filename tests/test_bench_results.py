@@ -17,7 +17,7 @@ import yaml
 from mlsys.bench import runner
 from mlsys.bench.compare import median_step_seconds
 from mlsys.bench.profile import declared_in, load_profile, origin_of, run_configs
-from mlsys.bench.report import compare
+from mlsys.bench.report import NoTarget, compare
 from mlsys.bench.results import compact, read_result, result_path, write_result
 from mlsys.config import ConfigError
 from mlsys.train.checkpoint import complete_tags
@@ -179,6 +179,23 @@ def test_a_fresh_machine_reruns_nothing_and_analyses_committed_results(
     assert (folder / "wsd.json.gz").is_file()
     assert [r["final_val_loss"] for r in redone["runs"]] == \
         [r["final_val_loss"] for r in first["runs"]]
+
+
+def test_training_before_the_budget_has_its_baseline_ends_without_an_analysis(
+        gpt_data, tmp_path, training_env, capsys):
+    """The profile's budget (40 steps) has no baseline yet: training what was asked for
+    writes its results and ends cleanly; asking for the analysis itself is the error."""
+    root = tmp_path / "repo"
+    _profile(root, gpt_data, budget=40)
+    out = tmp_path / "runs" / "tiny"
+    assert runner.benchmark("tiny", "gpt", out, root, None) == {}
+    assert "nothing to analyse yet: budget: no finished baseline of 40 steps" in \
+        capsys.readouterr().out
+    assert (root / "bench" / "results" / "tiny" / "gpt" / "wsd.json.gz").is_file()
+    with pytest.raises(NoTarget, match="no finished baseline of 40 steps"):
+        runner.benchmark("tiny", "gpt", out, root, None, analyse_only=True)
+    at = runner.benchmark("tiny", "gpt", out, root, None, budget=12)  # both are 12 steps long
+    assert at["budget"] == 12 and at["target"] in ("stable", "wsd")
 
 
 def test_a_changed_config_does_not_take_the_committed_result(gpt_data, tmp_path):

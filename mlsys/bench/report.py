@@ -20,6 +20,10 @@ from mlsys.train.metrics import read_metrics, save_figure
 from mlsys.train.rundir import RunDir
 
 
+class NoTarget(RuntimeError):
+    """No finished baseline to take the target from (at the budget asked for)."""
+
+
 def compare(configs: dict[str, dict[str, Any]], window: int, budget: int | None = None,
             records: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """Every finished run against the tuned baselines.
@@ -50,14 +54,14 @@ def compare(configs: dict[str, dict[str, Any]], window: int, budget: int | None 
     finals = {n: (curves[n].flops[-1], curves[n].smoothed(window)[-1]) for n in configs
               if levels[n] == 1}
     if not finals:
-        raise RuntimeError("runs: no finished baseline (a one-level run) to compare against")
+        raise NoTarget("runs: no finished baseline (a one-level run) to compare against")
     if budget is None:
         full = max(f for f, _ in finals.values())
         eligible = [n for n, (f, _) in finals.items() if f >= 0.999 * full]
     else:
         eligible = [n for n in finals if sum(p["steps"] for p in configs[n]["phases"]) == budget]
         if not eligible:
-            raise RuntimeError(f"budget: no finished baseline of {budget} steps to take the "
+            raise NoTarget(f"budget: no finished baseline of {budget} steps to take the "
                                f"target from (baselines: {', '.join(finals)})")
     best = min(eligible, key=lambda n: finals[n][1])
     curve, smooth = curves[best], curves[best].smoothed(window)

@@ -26,7 +26,7 @@ from mlsys.bench.profile import (
     seed_of,
     without_seed,
 )
-from mlsys.bench.report import compare, markdown, plot, table
+from mlsys.bench.report import NoTarget, compare, markdown, plot, table
 from mlsys.bench.results import RESULTS, compact, read_result, result_path, write_result
 from mlsys.bench.results_doc import command, page_name, write_page
 from mlsys.config import ConfigError, parse_run_config
@@ -273,7 +273,11 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
                             p.terminate()
                     raise RuntimeError(f"{name}: training exited non-zero (see {name}.log)")
                 finished.add(name)
-                print(f"   {name}: done", flush=True)
+                if done_here(configs[name]):
+                    print(f"   {name}: done", flush=True)
+                else:  # exit 0 before its end: stopped by a signal, it checkpointed
+                    print(f"   {name}: stopped before its end (checkpointed; no result; it "
+                          "resumes if started again)", flush=True)
                 finish(name)
 
 
@@ -371,10 +375,18 @@ def benchmark(profile_name: str, family: str, out: Path, root: Path, runs: list[
         results.save(name, cfg)
     records = finished_records(configs, results)
     configs = {n: c for n, c in configs.items() if n in records}
+    try:
+        compared = compare(configs, profile.window, budget, records)
+    except NoTarget as err:
+        if analyse_only:
+            raise
+        print(f"trained; nothing to analyse yet: {err}. `--analyse-only --budget STEPS` "
+              "analyses at a budget whose baselines have finished", flush=True)
+        return {}
     result = {"family": family, "profile": profile_name, "ranks": profile.ranks,
               "ds_config": profile.ds_config, "budget": budget,
               "from_committed": sorted(n for n in configs if not done_here(configs[n])),
-              **compare(configs, profile.window, budget, records)}
+              **compared}
     write_json(out / "results.json", result)
     plot(configs, result, out / "val_loss_vs_flops.png", f"{profile_name} / {family}", records)
     if scale == 1.0:

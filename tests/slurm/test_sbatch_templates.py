@@ -1,6 +1,6 @@
 """The sbatch templates on a real (one-node, localhost) SLURM cluster: a tiny CPU V-cycle run
-with 2 tasks reaches final/, and a requeued or time-limit-signalled job resumes from its
-checkpoint instead of starting over."""
+with 2 tasks reaches final/, a requeued or time-limit-signalled job resumes from its
+checkpoint instead of starting over, and a run continues on another task count."""
 
 from __future__ import annotations
 
@@ -39,11 +39,11 @@ def tiny_config(tmp: Path, scale: float, checkpoint_every: int, tiny: str = TINY
     return path, load_run_config(path).total_steps
 
 
-def submit(tmp: Path, env: dict[str, str], config: Path, template: str = TEMPLATE
-           ) -> tuple[int, Path]:
-    log = tmp / "job.out"
+def submit(tmp: Path, env: dict[str, str], config: Path, template: str = TEMPLATE,
+           resources: list[str] = RESOURCES, log_name: str = "job.out") -> tuple[int, Path]:
+    log = tmp / log_name
     job_env = {**env, "CONFIG": str(config), "DS_CONFIG": "configs/ds/zero1.json"}
-    return sbatch([*RESOURCES, f"--output={log}", template], job_env), log
+    return sbatch([*resources, f"--output={log}", template], job_env), log
 
 
 def step_records(run: Path) -> list[int]:
@@ -143,3 +143,45 @@ def test_time_limit_signal_checkpoints_and_requeues(slurm_env, tmp_path):
     # the ranks checkpoint and exit 0, run.sh requeues the job itself, and it resumes.
     text = _interrupt_and_check(tmp_path, slurm_env, ["scancel", "--batch", "--signal=USR1"])
     assert "checkpointed before the time limit; requeueing" in text
+
+
+def test_a_run_moves_onto_another_task_count(slurm_env, tmp_path):
+    # A job of 2 tasks checkpoints inside the small phase; the same template submitted again
+    # with 1 task on the same run directory resumes from the checkpoint's portable state and
+    # finishes, every step once, with the 2-task run's losses (dropout off: a rank's dropout
+    # stream depends on the rank count) within what a changed reduction order allows.
+    import shutil
+
+    from tests.test_portable_checkpoint import TOLERANCE, _differences
+
+    config, total = tiny_config(tmp_path, 0.05, checkpoint_every=5)  # 1 + 8 + 13 steps
+    cfg = yaml.safe_load(config.read_text())
+    cfg["model"]["dropout"] = 0.0
+    cfg["train"]["keep_checkpoints"] = 10  # the one at step 5 is still there at the end
+    config.write_text(yaml.safe_dump(cfg))
+    job, log = submit(tmp_path, slurm_env, config, log_name="two.out")
+    info = wait_done(job, slurm_env, JOB_TIMEOUT, log)
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), log.read_text()[-4000:]
+    run = tmp_path / "run"
+    two = read_metrics(run / "metrics.jsonl")
+    # as if the 2-task job had been stopped at its checkpoint of step 5 (phase 1, level 2)
+    (run / "done.json").unlink()
+    shutil.rmtree(run / "final")
+    root = run / "checkpoints"
+    steps = {tag: json.loads((tag / "controller.json").read_text())["global_step"]
+             for tag in root.iterdir() if tag.is_dir()}
+    assert 5 in steps.values(), steps
+    for tag, step in steps.items():
+        if step != 5:
+            shutil.rmtree(tag)
+    one = [r.replace("=2", "=1") if r.startswith(("--ntasks", "--gpus")) else r
+           for r in RESOURCES]
+    job, log = submit(tmp_path, slurm_env, config, resources=one, log_name="one.out")
+    info = wait_done(job, slurm_env, JOB_TIMEOUT, log)
+    text = log.read_text()
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), text[-4000:]
+    assert "written by 2 ranks, resumed on 1 from its portable state" in text, text[-4000:]
+    records = assert_finished(run, total)
+    assert [r["step"] for r in records if r["event"] == "resume"] == [5]
+    diff = _differences(two, records)
+    assert 0.0 < max(diff.values()) < TOLERANCE, diff

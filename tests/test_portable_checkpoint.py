@@ -1,4 +1,5 @@
-"""Checkpoints that move between rank counts (``mlsys.train.portable``), ZeRO-1/2/3 on gloo:
+"""Checkpoints that move between rank counts (``mlsys.train.portable``), ZeRO-1/2/3 and ZeRO-2
+with the optimizer offloaded (DeepSpeed's CPU Adam), on gloo:
 a run checkpointed on 2 ranks inside its small phase resumes on 1 rank; that run's checkpoint
 taken right after the up-transition resumes on 2 again. Both log the uninterrupted 2-rank run's
 losses within ``TOLERANCE``, which is what a changed reduction order allows (the same samples
@@ -62,7 +63,7 @@ def _moved(run: Path, tmp: Path, name: str, ranks: int, ds: str, phase: int,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ds", ["zero1.json", "zero2.json", "zero3.json"])
+@pytest.mark.parametrize("ds", ["zero1.json", "zero2.json", "zero3.json", "zero2-offload.json"])
 def test_a_checkpoint_resumes_on_another_rank_count(gpt_data: dict, tmp_path: Path,
                                                     ds: str) -> None:
     train(_config(gpt_data, tmp_path, "ref"), ds, nproc=2, log=tmp_path / "ref.log")

@@ -11,8 +11,9 @@ checkpoint therefore also holds the run's state in a layout without ranks:
   counters and the rank count that wrote it.
 
 Rank 0 writes both from full tensors gathered collectively through the accessors the
-V-cycle's ``optimizer: map`` carries moments with (``mlsys.vcycle.optimizer_state``), so it
-works for ZeRO-1/2/3, bf16 and ZeRO-Offload alike. ``load_portable`` writes the state into an
+V-cycle's ``optimizer: map`` carries moments with (``mlsys.vcycle.optimizer_state``): ZeRO-1/2/3
+and ZeRO-Offload (tested in ``tests/test_portable_checkpoint.py``), bf16 through the same
+accessors. ``load_portable`` writes the state into an
 engine built as for a fresh start of the checkpoint's phase (on any rank count): the module's
 weights and the fp32 masters, the moments into the new partitions, the step count, the
 scheduler and the optimizer's current lrs. What an uninterrupted run on the new rank count

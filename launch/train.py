@@ -102,15 +102,17 @@ def main(argv: list[str] | None = None) -> int:
     import deepspeed
 
     from mlsys.distributed.preempt import Interrupted, StopFlag
+    from mlsys.distributed.spawn import free_port
     from mlsys.train.checkpoint import CheckpointError
     from mlsys.train.controller import run_training
     from mlsys.train.rundir import RunDirError
     from mlsys.train.step import NonFiniteError
 
     stop = StopFlag().install()
-    if "RANK" not in os.environ:  # a single process without a launcher
+    if "RANK" not in os.environ:  # a single process without a launcher: a free local port, so
+        # that two such runs on one machine do not both ask for the same one (EADDRINUSE)
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=os.environ.get("MASTER_PORT", "29511"))
+                          MASTER_PORT=os.environ.get("MASTER_PORT") or str(free_port()))
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

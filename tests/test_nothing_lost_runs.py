@@ -199,6 +199,21 @@ def test_a_signal_while_data_is_prepared_ends_the_run_at_once(gpt_data, tmp_path
     assert not (tmp_path / "run").exists()  # nothing was written
 
 
+def test_two_single_process_runs_on_one_machine_at_once(gpt_data, tmp_path) -> None:
+    """A single process without a launcher takes a free port for its process group: a second
+    run started beside a live one trains (a fixed port made it fail with EADDRINUSE)."""
+    first = _patched("mlsys.train.controller", "check_run_data", 600,
+                     _config(gpt_data, tmp_path / "a.yaml", tmp_path / "a"))
+    try:
+        _until_ready(first)  # its process group (and port) is up: it is inside run_training
+        res = _launch(_config(gpt_data, tmp_path / "b.yaml", tmp_path / "b"))
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        assert (tmp_path / "b" / "done.json").is_file()
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=120)
+
+
 def test_sigterm_during_the_export_finishes_it(gpt_data, tmp_path) -> None:
     """The export is written whole or not at all; a signal during it lets it finish."""
     from transformers import AutoModelForCausalLM

@@ -39,3 +39,14 @@ def from_main(value_on_main: Callable[[], T]) -> T:
 def barrier() -> None:
     if initialized():
         dist.barrier()
+
+
+def any_rank(flag: bool) -> bool:
+    """True if ``flag`` is true on any rank (one all-reduce; also a barrier)."""
+    if not initialized():
+        return flag
+    import torch
+
+    value = torch.tensor([1.0 if flag else 0.0])
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())

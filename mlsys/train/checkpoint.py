@@ -2,10 +2,10 @@
 
 ``<run_dir>/checkpoints/<tag>/`` holds DeepSpeed's files (model, optimizer, LR schedule; the
 controller state also goes into DeepSpeed's client state), ``rng/rank<r>.pt`` (each rank's
-torch / numpy / python RNG as plain tensors and numbers, loaded with ``weights_only=True``),
-``controller.json`` and ``manifest.json``: size and SHA-256 of every file above and of the
-saved weights the state refers to, written last by rank 0 after every file was fsync'd. The
-manifest is the completion marker: a tag without it is incomplete. With
+torch CPU and CUDA / numpy / python RNG as plain tensors and numbers, loaded with
+``weights_only=True``), ``controller.json`` and ``manifest.json``: size and SHA-256 of every
+file above and of the saved weights the state refers to, written last by rank 0 after every
+file was fsync'd. The manifest is the completion marker: a tag without it is incomplete. With
 ``train.portable_checkpoints`` a tag also holds ``portable/`` (``mlsys.train.portable``): the
 same state without a per-rank layout, which ``load_checkpoint`` reads instead of DeepSpeed's
 files when the tag was written by another number of ranks. Tags are
@@ -27,15 +27,18 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from mlsys.atomic import atomic_path, fsync_tree, write_json
-from mlsys.distributed.process import barrier, rank
+from mlsys.distributed.process import any_rank, barrier, rank
 from mlsys.train.manifest import MANIFEST, lists, manifest_problem, write_manifest
-from mlsys.train.portable import load_portable, save_portable
+from mlsys.train.portable import gather_portable, load_portable, write_portable
 from mlsys.train.rundir import RunDir, RunDirError
 from mlsys.train.state import ControllerState
 
 STATE_FILE = "controller.json"
+# what a failed write raises: the OS's errors, DeepSpeed's and torch's, safetensors' own
+WRITE_ERRORS = (OSError, RuntimeError, SafetensorError)
 
 
 def _tag(state: ControllerState) -> str:
@@ -43,10 +46,13 @@ def _tag(state: ControllerState) -> str:
 
 
 def _rng_state() -> dict[str, Any]:
-    """This process's RNG states as tensors, ints, floats and None only (no pickle)."""
+    """This process's RNG states as tensors, ints, floats and None only (no pickle): torch's
+    CPU generator and, on a GPU, this device's (dropout draws from it there), numpy's,
+    python's."""
     key, keys, pos, has_gauss, gauss = np.random.get_state()
     version, internal, gauss_next = random.getstate()
-    return {"torch": torch.get_rng_state(),
+    cuda = torch.cuda.get_rng_state() if torch.cuda.is_available() else None
+    return {"torch": torch.get_rng_state(), "cuda": cuda,
             "numpy": {"key": key, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos,
                       "has_gauss": has_gauss, "gauss": gauss},
             "python": {"version": version, "state": torch.tensor(internal, dtype=torch.int64),
@@ -55,6 +61,8 @@ def _rng_state() -> dict[str, Any]:
 
 def _set_rng_state(s: dict[str, Any]) -> None:
     torch.set_rng_state(s["torch"])
+    if s.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(s["cuda"])
     n = s["numpy"]
     np.random.set_state((n["key"], n["keys"].numpy().astype(np.uint32), n["pos"],
                          n["has_gauss"], n["gauss"]))
@@ -135,18 +143,25 @@ def save_checkpoint(engine: Any, root: str | Path, state: ControllerState, keep:
     try:
         engine.save_checkpoint(str(root), tag=tag, client_state={"controller": asdict(state)},
                                save_latest=False)
-        rng_dir = root / tag / "rng"
-        rng_dir.mkdir(parents=True, exist_ok=True)
-        torch.save(_rng_state(), rng_dir / f"rank{rank()}.pt")
-        if portable:
-            save_portable(engine, root / tag, state.world_size)
-        barrier()  # every file is written (and renamed) before any rank walks the tag
+        gathered = gather_portable(engine, state.world_size) if portable else None
+        error: BaseException | None = None
+        try:  # this rank's own files; then the ranks agree (and wait for each other)
+            rng_dir = root / tag / "rng"
+            rng_dir.mkdir(parents=True, exist_ok=True)
+            torch.save(_rng_state(), rng_dir / f"rank{rank()}.pt")
+            if gathered is not None:  # rank 0
+                write_portable(root / tag, gathered)
+        except WRITE_ERRORS as err:
+            error = err
+        del gathered
+        if any_rank(error is not None):  # every file is written before any rank walks the tag
+            raise error or RuntimeError("another rank could not write its part")
         fsync_tree(root / tag)  # every rank: what it wrote is on disk before the manifest
         barrier()
         if rank() == 0:
             write_json(root / tag / STATE_FILE, asdict(state))
             write_manifest(root / tag, extra=state.saved.values())  # the completion marker
-    except (OSError, RuntimeError) as err:
+    except WRITE_ERRORS as err:
         shutil.rmtree(root / tag, ignore_errors=True)
         previous = [t for t in complete_tags(root) if t != tag]
         raise CheckpointError(

@@ -10,7 +10,9 @@ checkpoint therefore also holds the run's state in a layout without ranks:
 - ``state.json``: Adam's step count, the LR scheduler's ``state_dict``, DeepSpeed's step
   counters and the rank count that wrote it.
 
-Rank 0 writes both from full tensors gathered collectively through the accessors the
+Rank 0 writes both from full tensors gathered collectively (``gather_portable``, then
+``write_portable``: the gathering has no I/O, so a failed write cannot leave ranks waiting in
+a collective) through the accessors the
 V-cycle's ``optimizer: map`` carries moments with (``mlsys.vcycle.optimizer_state``): ZeRO-1/2/3
 and ZeRO-Offload (tested in ``tests/test_portable_checkpoint.py``), bf16 through the same
 accessors. ``load_portable`` writes the state into an
@@ -47,29 +49,39 @@ def has_portable(tag_dir: str | Path) -> bool:
     return (Path(tag_dir) / PORTABLE / META).is_file()
 
 
-def save_portable(engine: Any, tag_dir: str | Path, world_size: int) -> None:
-    """Write ``tag_dir/portable/`` from ``engine`` (collective: every rank gathers, rank 0
-    writes). The caller fsyncs the tag and lists it in the manifest."""
+def gather_portable(engine: Any, world_size: int) -> dict[str, Any] | None:
+    """The rank-independent state of ``engine``: ``{"tensors", "meta"}`` on rank 0, None on
+    the others (collective: every rank gathers every full tensor; only rank 0 copies them to
+    host memory). No I/O, so a full disk cannot leave the ranks out of step here."""
     adam = adam_state_of(engine)
+    keep = rank() == 0
     tensors: dict[str, torch.Tensor] = {}
     for name, param in engine.module.named_parameters():
         with read_full({name: param}) as full:
-            value = full[name].detach().float().cpu().clone()
-        moments = {key: adam.get(param, key).detach().float().cpu().clone() for key in MOMENTS}
-        if rank() == 0:
-            tensors[f"{FP32}/{name}"] = value
-            tensors.update({f"{key}/{name}": m for key, m in moments.items()})
+            if keep:
+                tensors[f"{FP32}/{name}"] = full[name].detach().float().cpu().clone()
+        for key in MOMENTS:
+            value = adam.get(param, key)
+            if keep:
+                tensors[f"{key}/{name}"] = value.detach().float().cpu().clone()
     step = adam.step()
-    if rank() != 0:
-        return
+    if not keep:
+        return None
+    meta = {"world_size": world_size, "adam_step": step,
+            "scheduler": engine.lr_scheduler.state_dict(),
+            "engine": {"global_steps": engine.global_steps,
+                       "global_samples": engine.global_samples,
+                       "skipped_steps": engine.skipped_steps}}
+    return {"tensors": tensors, "meta": meta}
+
+
+def write_portable(tag_dir: str | Path, state: dict[str, Any]) -> None:
+    """Write ``gather_portable``'s state to ``tag_dir/portable/`` (rank 0; safetensors writes
+    to a temp name and renames). The caller fsyncs the tag and lists it in the manifest."""
     out = Path(tag_dir) / PORTABLE
     out.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / TENSORS))
-    write_json(out / META, {
-        "world_size": world_size, "adam_step": step,
-        "scheduler": engine.lr_scheduler.state_dict(),
-        "engine": {"global_steps": engine.global_steps, "global_samples": engine.global_samples,
-                   "skipped_steps": engine.skipped_steps}})
+    save_file({k: v.contiguous() for k, v in state["tensors"].items()}, str(out / TENSORS))
+    write_json(out / META, state["meta"])
 
 
 def load_portable(engine: Any, tag_dir: str | Path) -> None:

@@ -132,9 +132,8 @@ def save_checkpoint(engine: Any, root: str | Path, state: ControllerState, keep:
                     portable: bool = True) -> str:
     """Save engine + RNG (+ the rank-independent state with ``portable``) + manifest + state
     under a new tag (collective); keep the newest ``keep`` tags, never pruning when the new
-    one does not check out. On a write error the
-    partial tag is removed and ``CheckpointError`` names the tag, the cause and the
-    checkpoint that is still there."""
+    one does not check out. On a write error the partial tag is removed and
+    ``CheckpointError`` names the tag, the cause and the checkpoint that is still there."""
     root = Path(root)
     tag = _tag(state)
     if rank() == 0 and (root / tag).exists():  # a stale tag of this name: the run went back
@@ -185,10 +184,7 @@ def load_checkpoint(engine: Any, root: str | Path, tag: str, world: int,
     state = read_state(root, tag)
     if state.world_size and state.world_size != world:
         load_portable(engine, Path(root) / tag)
-        rng_file = Path(root) / tag / "rng" / f"rank{rank()}.pt"
-        if rng_file.is_file():
-            _set_rng_state(torch.load(rng_file, weights_only=True))
-        else:
+        if not _load_rng(Path(root) / tag):
             torch.manual_seed(seed + 1 + rank())
         state.world_size = world
         return state
@@ -196,10 +192,16 @@ def load_checkpoint(engine: Any, root: str | Path, tag: str, world: int,
                                           load_lr_scheduler_states=True)
     if path is None:
         raise RuntimeError(f"{Path(root) / tag}: DeepSpeed could not load this checkpoint")
-    rng_file = Path(root) / tag / "rng" / f"rank{rank()}.pt"
+    _load_rng(Path(root) / tag)
+    return read_state(root, tag)
+
+
+def _load_rng(tag_dir: Path) -> bool:
+    """Set this rank's RNG from ``tag_dir/rng/rank<r>.pt``; False where there is none."""
+    rng_file = tag_dir / "rng" / f"rank{rank()}.pt"
     if rng_file.is_file():
         _set_rng_state(torch.load(rng_file, weights_only=True))
-    return read_state(root, tag)
+    return rng_file.is_file()
 
 
 def fork_run(source_dir: str | Path, target_dir: str | Path, step: int) -> str:

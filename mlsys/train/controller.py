@@ -35,7 +35,7 @@ from mlsys.data.loader import StepBatches
 from mlsys.data.run_data import build_run_data, check_run_data
 from mlsys.data.stream import batches, eval_indices
 from mlsys.distributed.preempt import StopFlag
-from mlsys.distributed.process import barrier, initialized, rank, world_size
+from mlsys.distributed.process import any_rank, barrier, rank, world_size
 from mlsys.distributed.weights_io import gather_weights
 from mlsys.flops import dims_of, flops_per_step
 from mlsys.models import build_model, hf_config, level_config
@@ -256,10 +256,7 @@ class Controller:
 
     def _stop_agreed(self) -> bool:
         """Whether any rank got a stop signal (one all-reduce; used between phases)."""
-        flag = torch.tensor([1.0 if self.stop.local else 0.0])
-        if initialized():
-            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-        return bool(flag.item())
+        return any_rank(self.stop.local)
 
     def _transition(self) -> None:
         """Move to the next phase's level on a new engine (``mlsys.vcycle.transition``). With

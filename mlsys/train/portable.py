@@ -12,14 +12,14 @@ checkpoint therefore also holds the run's state in a layout without ranks:
 
 Rank 0 writes both from full tensors gathered collectively (``gather_portable``, then
 ``write_portable``: the gathering has no I/O, so a failed write cannot leave ranks waiting in
-a collective) through the accessors the
-V-cycle's ``optimizer: map`` carries moments with (``mlsys.vcycle.optimizer_state``): ZeRO-1/2/3
-and ZeRO-Offload (tested in ``tests/test_portable_checkpoint.py``), bf16 through the same
-accessors. ``load_portable`` writes the state into an
-engine built as for a fresh start of the checkpoint's phase (on any rank count): the module's
-weights and the fp32 masters, the moments into the new partitions, the step count, the
-scheduler and the optimizer's current lrs. What an uninterrupted run on the new rank count
-would compute differs from the resumed one only in the order of the gradient reductions.
+a collective) through the accessors the V-cycle's ``optimizer: map`` carries moments with
+(``mlsys.vcycle.optimizer_state``): ZeRO-1/2/3 and ZeRO-Offload (tested in
+``tests/test_portable_checkpoint.py``), bf16 through the same accessors. ``load_portable``
+writes the state into an engine built as for a fresh start of the checkpoint's phase (on any
+rank count): the module's weights and the fp32 masters, the moments into the new partitions,
+the step count, the scheduler and the optimizer's current lrs. What an uninterrupted run on
+the new rank count would compute differs from the resumed one only in the order of the
+gradient reductions.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def validate(config: str, ds_config: str, world_size: int, run_dir: str | None =
     from mlsys.config import ConfigError, apply_overrides, load_run_config, parse_run_config
     from mlsys.ds_config import load_ds_config, resolve_ds_config
 
-    cfg = load_run_config(config)
+    cfg = load_run_config(config, expand=not overrides)  # --set edits the config as written
     if overrides:
         cfg = parse_run_config(apply_overrides(cfg.model_dump(), overrides),
                                f"{config} (--set {' '.join(overrides)})")

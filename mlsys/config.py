@@ -36,6 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mlsys.families import NAMES, Family, get_family
+from mlsys.recipe import expand_recipe
 
 
 class ConfigError(ValueError):
@@ -382,6 +383,18 @@ class VCycleConfig(_Strict):
     dropout_steps: int = Field(default=0, ge=0)
     """How many steps at the start of a phase after an up-transition run at
     ``vcycle.dropout``; 0: off."""
+    recipe: Literal["none", "auto", "chosen"] = "none"
+    """``none``: the phases and the fields above as written. ``auto``: the family's measured
+    best V-cycle at this budget (``mlsys.recipe``, the rule in ``Family.recipe``): the config
+    gives one level-1 phase, the baseline the cycle replaces (its steps are the budget, its
+    lr and warmup the baseline's), and the recipe sets the phases, ``schedule.span: run`` and
+    the vcycle fields of its shape (a value other than the default or the recipe's own is
+    an error). ``chosen``: written in place of ``auto`` by the expansion (a run's
+    ``run_config.json``), the phases as written. Refused for a family with no measured
+    recipe (Llama-class and DeiT today)."""
+    chosen: str | None = None
+    """Written by ``recipe: auto``: what it chose (budget in tokens per parameter, phase
+    lengths, lrs) and from which measurements. Informational."""
     growth: bool = False
     """Let the first phase start above level 1 (progressive growth): the run starts with a
     fresh model at ``phases[0].level``, and an up-transition to a level the run never trained
@@ -577,15 +590,29 @@ def _format(err: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def parse_run_config(data: Any, source: str = "<config>") -> RunConfig:
-    """Validate a mapping; ``ConfigError`` names ``source`` and every bad field."""
+def parse_run_config(data: Any, source: str = "<config>", expand: bool = True) -> RunConfig:
+    """Validate a mapping; ``ConfigError`` names ``source`` and every bad field. With
+    ``vcycle.recipe: auto`` the validated config is expanded into the chosen cycle
+    (``mlsys.recipe``) and validated again, unless ``expand`` is false (the config as the
+    user wrote it: ``--set`` edits that form)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got "
                           f"{type(data).__name__}")
     try:
-        return RunConfig.model_validate(data)
+        cfg = RunConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(f"{source}: invalid run config\n{_format(err)}") from None
+    if not expand or cfg.vcycle.recipe != "auto":
+        return cfg
+    try:
+        chosen = expand_recipe(cfg.model_dump(), VCycleConfig().model_dump())
+    except ValueError as err:
+        raise ConfigError(f"{source}: invalid run config\n  {err}") from None
+    try:
+        return RunConfig.model_validate(chosen)
+    except ValidationError as err:
+        raise ConfigError(f"{source}: invalid run config (the cycle vcycle.recipe: auto "
+                          f"chose)\n{_format(err)}") from None
 
 
 # Paths under which --set may add keys (free-form sections passed through to Hugging Face).
@@ -652,8 +679,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
     return out
 
 
-def load_run_config(path: str | Path) -> RunConfig:
-    """Read and validate a YAML run config (``ConfigError`` on any problem, naming the file)."""
+def load_run_config(path: str | Path, expand: bool = True) -> RunConfig:
+    """Read and validate a YAML run config (``ConfigError`` on any problem, naming the file;
+    ``expand``: as ``parse_run_config``)."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -665,4 +693,4 @@ def load_run_config(path: str | Path) -> RunConfig:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         raise ConfigError(f"{path}{where}: YAML error: {getattr(err, 'problem', err)}") from None
-    return parse_run_config(data, str(path))
+    return parse_run_config(data, str(path), expand)

@@ -14,9 +14,9 @@ from mlsys.families import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
 # Lower first. A module may import its own unit and the units of lower ranks, never higher.
-RANK = {"atomic": 0, "distributed": 1, "families": 1, "config": 2, "config_reference": 3,
-        "ds_config": 3, "operators": 3, "models": 4, "flops": 4, "length": 4, "data": 5,
-        "vcycle": 6, "train": 7, "bench": 8}
+RANK = {"atomic": 0, "distributed": 1, "families": 1, "recipe": 2, "config": 3,
+        "config_reference": 4, "ds_config": 4, "operators": 4, "models": 5, "flops": 5,
+        "length": 5, "data": 6, "vcycle": 7, "train": 8, "bench": 9}
 
 
 def _modules(folder: str) -> list[Path]:

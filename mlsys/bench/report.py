@@ -77,7 +77,8 @@ def compare(configs: dict[str, dict[str, Any]], window: int, budget: int | None 
                         (curve.flops, smooth))
         row.update(target_val_loss=target, peak_lr=cfg["phases"][0]["lr"],
                    decay=cfg.get("train", {}).get("decay", "linear"),
-                   schedule_span=cfg.get("schedule", {}).get("span", "phase"))
+                   schedule_span=cfg.get("schedule", {}).get("span", "phase"),
+                   chosen=cfg.get("vcycle", {}).get("chosen"))  # vcycle.recipe: auto's choice
         need = frontier_flops(envelope, row["final_val_loss_smoothed"])
         row["frontier_flops"] = need
         row["saving_frontier"] = None if need is None else 1.0 - row["flops_total"] / need

@@ -55,6 +55,10 @@ def render(result: dict[str, Any], png_name: str, cmd: str) -> str:
               markdown(runs), "", "## The baseline frontier", "",
               "| FLOPs | smoothed final val loss |", "|---|---|"]
     lines += [f"| {f:.4g} | {v:.4f} |" for f, v in result["frontier"]]
+    chosen = [r for r in runs if r.get("chosen")]
+    if chosen:
+        lines += ["", "## Chosen by `vcycle.recipe: auto`", "",
+                  *(f"- `{r['name']}`: {r['chosen']}" for r in chosen)]
     if result.get("seeds"):
         lines += ["", *seed_section(result["seeds"], result["target"])]
     lines += ["", f"![{result['profile']} / {result['family']}: every run against the "

@@ -117,6 +117,49 @@ class Length:
     words'."""
 
 @dataclass(frozen=True)
+class RecipePoint:
+    """One measured best V-cycle, at one budget: what ``vcycle.recipe: auto`` chooses there
+    (``mlsys.recipe``). Phase lengths are fractions of the budget B (the level-1 steps of the
+    baseline the cycle replaces): level 1 for ``first`` × B steps, level 2 for ``small`` × B,
+    level 1 again for ``last`` × B."""
+
+    tokens_per_param: float
+    """The budget it was measured at: B × tokens per step / parameters (``mlsys.recipe``
+    counts the parameters)."""
+    first: float
+    """Steps of the first level-1 phase, as a fraction of B."""
+    small: float
+    """Steps of the level-2 phase, as a fraction of B."""
+    last: float
+    """Steps of the last level-1 phase, as a fraction of B."""
+    lr: float
+    """The cycle's level-1 lr as a multiple of the baseline's (the best lr of each, measured
+    side by side)."""
+    small_lr: float
+    """Level 2's lr as a multiple of the cycle's level-1 lr."""
+    source: str
+    """Where it was measured (a results page)."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The family's measured best V-cycle as a rule of the budget (``vcycle.recipe: auto``):
+    the cycle's shape, and its phase lengths and lrs at each measured budget; between two
+    measured budgets every number is interpolated linearly in log(tokens per parameter),
+    outside them the nearest is taken."""
+
+    vcycle: dict[str, Any]
+    """The ``vcycle`` fields the recipe sets (its shape and transition)."""
+    points: tuple[RecipePoint, ...]
+    """The measured points, by increasing ``tokens_per_param`` (at least one)."""
+
+    def __post_init__(self) -> None:
+        budgets = [p.tokens_per_param for p in self.points]
+        if not budgets or budgets != sorted(set(budgets)):
+            raise ValueError("points: give at least one, by strictly increasing tokens_per_param")
+
+
+@dataclass(frozen=True)
 class Family:
     """A model family as a declaration: what the operators, model construction, the data,
     FLOPs, length levels and export read instead of naming a family. A family is one
@@ -191,6 +234,10 @@ class Family:
     length: Length | None = None
     """The submodules a length-coalesced level calls (``Length``); None: the family has no
     length levels (``vcycle.length`` must be 1)."""
+    recipe: Recipe | None = None
+    """The measured best V-cycle as a rule of the budget (``Recipe``), what
+    ``vcycle.recipe: auto`` chooses; None: not measured for this family (auto is refused).
+    """
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

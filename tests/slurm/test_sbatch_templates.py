@@ -85,7 +85,7 @@ def test_srun_maps_slurm_env_for_each_task(slurm_env, tmp_path):
 @pytest.mark.parametrize("template, tiny", [
     (TEMPLATE, TINY), ("launch/slurm/llama-1b.sbatch", "configs/tiny-llama-vcycle.yaml")])
 def test_template_trains_tiny_vcycle_to_final(slurm_env, tmp_path, template, tiny):
-    config, total = tiny_config(tmp_path, 0.05, checkpoint_every=0, tiny=tiny)  # 1 + 8 + 13
+    config, total = tiny_config(tmp_path, 0.05, checkpoint_every=0, tiny=tiny)  # BERT 1 + 8 + 9
     job, log = submit(tmp_path, slurm_env, config, template)
     info = wait_done(job, slurm_env, JOB_TIMEOUT, log)
     assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "0"), \
@@ -105,7 +105,7 @@ def _interrupt_and_check(tmp_path: Path, slurm_env: dict[str, str], interrupt: l
     """Start a run, interrupt it right after its first checkpoint, let SLURM requeue it, and
     check that the second start resumed from a checkpoint and finished (in ``run``: the
     config's run_dir unless the job's environment sets RUN_DIR)."""
-    config, total = tiny_config(tmp_path, 0.2, checkpoint_every=5)  # 4 + 30 + 52 steps
+    config, total = tiny_config(tmp_path, 0.2, checkpoint_every=5)  # 4 + 32 + 36 steps
     run = run or tmp_path / "run"
     job, log = submit(tmp_path, {**slurm_env, **(job_env or {})}, config)
     wait_for("the first checkpoint", lambda: _first_checkpoint(run), JOB_TIMEOUT, log)
@@ -154,7 +154,7 @@ def test_a_run_moves_onto_another_task_count(slurm_env, tmp_path):
 
     from tests.test_portable_checkpoint import TOLERANCE, _differences
 
-    config, total = tiny_config(tmp_path, 0.05, checkpoint_every=5)  # 1 + 8 + 13 steps
+    config, total = tiny_config(tmp_path, 0.05, checkpoint_every=5)  # 1 + 8 + 9 steps
     cfg = yaml.safe_load(config.read_text())
     cfg["model"]["dropout"] = 0.0
     cfg["train"]["keep_checkpoints"] = 10  # the one at step 5 is still there at the end

@@ -1,0 +1,142 @@
+"""``vcycle.recipe: auto``: the family's measured best V-cycle, chosen from the budget.
+
+A run config that asks for it gives one level-1 phase, the baseline the cycle replaces::
+
+    vcycle: {recipe: auto}
+    phases: [{level: 1, steps: 2000, lr: 2.0e-3, warmup: 50}]   # the budget B, its lr
+
+``expand_recipe`` turns that into the cycle the family's ``Recipe`` (``mlsys/families/``)
+gives at this budget: its ``vcycle`` fields, ``schedule.span: run`` (one schedule over the
+whole cycle, ``train.decay`` as the config says), and three phases, level 1 for
+``first`` × B steps (the baseline's warmup), level 2 for ``small`` × B, level 1 for ``last`` ×
+B (each re-warming over 1 % of B), at the baseline's lr times the point's ``lr`` (level 2 times
+``small_lr`` again). The budget is read as tokens per parameter, B × global_batch_size ×
+seq_length / ``parameters``; between the family's measured points every number is
+interpolated linearly in log(tokens per parameter), outside them the nearest point's are
+taken. The result says ``vcycle.recipe: chosen`` and, in ``vcycle.chosen``, what was chosen
+and from which measurements, so it validates as itself (a run's ``run_config.json``).
+
+Pure functions on plain mappings (a validated ``RunConfig.model_dump()``); ``ValueError``
+names the field.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+from mlsys.families import get_family
+from mlsys.families.base import Family, Recipe, RecipePoint
+
+WARMUP_FRACTION = 0.01  # re-warmup of the level-2 and last phases, as a fraction of B
+
+
+def vocabulary(data: dict[str, Any]) -> int:
+    """The vocabulary the parameter count reads: ``model.vocab_size``, else the default
+    corpus's ``data.prepare_vocab_size``; ``ValueError`` where only the tokenizer knows it."""
+    model, d = data["model"], data["data"]
+    if model.get("vocab_size") is not None:
+        return int(model["vocab_size"])
+    if d.get("tokenizer_dir") is None and d.get("data_prefix") is None and not d.get("blend"):
+        return int(d["prepare_vocab_size"])
+    raise ValueError("model.vocab_size: vcycle.recipe: auto reads the budget as tokens per "
+                     "parameter; with your own tokenizer set model.vocab_size to its vocabulary")
+
+
+def parameters(model: dict[str, Any], family: Family, vocab: int, seq_length: int) -> int:
+    """Weights of the model the section describes: every linear map of the layers, the
+    token embedding (a tied LM head once; none for a classifier), a head transform, the
+    patch embedding and the learned position table. Biases and norms are left out (0.5 % of
+    GPT-2 at ``cpu-small``: 1,327,104 of 1,334,016; 1.0 % of its ViT)."""
+    h, heads = model["hidden_size"], model["num_heads"]
+    extra = model.get("extra") or {}
+    f = family.fields
+    head_dim = extra.get(f.head_dim) if f.head_dim else None
+    head_dim = head_dim or h // heads
+    kv_heads = (extra.get(f.kv_heads) if f.kv_heads else None) or heads
+    ffn = model.get("ffn_size") or (f.ffn_default_multiple or 4) * h
+    q, kv = heads * head_dim, kv_heads * head_dim
+    n = model["num_layers"] * (2 * h * q + 2 * h * kv + family.ffn_maps * h * ffn)
+    n += vocab * h if family.lm_head else 0
+    n += h * h if family.head_transform else 0
+    if family.patch_embedding:
+        n += extra.get("num_channels", 3) * extra["patch_size"] ** 2 * h
+    if any(any("pos" in a.spaces for a in axes) for axes in family.globals.values()):
+        n += (seq_length if family.kind == "vision" else model["max_position"]) * h
+    return n
+
+
+def _mix(a: float, b: float, t: float) -> float:
+    return a + (b - a) * t
+
+
+def point_at(recipe: Recipe, tokens_per_param: float) -> tuple[RecipePoint, str]:
+    """The recipe's numbers at this budget, and how they were found (the measured points
+    read)."""
+    lo, hi = recipe.points[0], recipe.points[-1]
+    if not lo.tokens_per_param < tokens_per_param < hi.tokens_per_param:
+        p = lo if tokens_per_param <= lo.tokens_per_param else hi
+        return p, f"the point measured at {p.tokens_per_param:g} tokens/param ({p.source})"
+    i = next(i for i, p in enumerate(recipe.points) if p.tokens_per_param > tokens_per_param)
+    a, b = recipe.points[i - 1], recipe.points[i]
+    t = (math.log(tokens_per_param) - math.log(a.tokens_per_param)) / \
+        (math.log(b.tokens_per_param) - math.log(a.tokens_per_param))
+    mixed = RecipePoint(tokens_per_param, *(_mix(getattr(a, k), getattr(b, k), t) for k in
+                                            ("first", "small", "last", "lr", "small_lr")),
+                        source=f"{a.source}; {b.source}")
+    return mixed, (f"interpolated between the points measured at {a.tokens_per_param:g} and "
+                   f"{b.tokens_per_param:g} tokens/param ({a.source}; {b.source})")
+
+
+def _check_fields(vcycle: dict[str, Any], recipe: Recipe, defaults: dict[str, Any]) -> None:
+    """A field the recipe sets may be left at its default or given the recipe's value."""
+    for key, value in recipe.vcycle.items():
+        given = vcycle.get(key, defaults[key])
+        if given not in (defaults[key], value):
+            raise ValueError(f"vcycle.{key}: {given!r}, but vcycle.recipe: auto sets it to "
+                             f"{value!r} (remove it, or write the phases with recipe: none)")
+
+
+def expand_recipe(data: dict[str, Any], vcycle_defaults: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with ``vcycle.recipe: auto`` replaced by the chosen cycle (see the module
+    docstring); any other config is returned as it is. ``vcycle_defaults``: every vcycle
+    field's default (a field the recipe sets may only be left at it or set to the recipe's
+    value)."""
+    if data.get("vcycle", {}).get("recipe") != "auto":
+        return data
+    family = get_family(data["model"]["family"])
+    if family.recipe is None:
+        raise ValueError(f"vcycle.recipe: auto: no V-cycle has been measured for the "
+                         f"{family.name} family yet (write the phases, recipe: none)")
+    phases = data["phases"]
+    if len(phases) != 1 or phases[0]["level"] != 1:
+        raise ValueError("phases: vcycle.recipe: auto takes one level-1 phase, the baseline "
+                         f"the cycle replaces (its steps are the budget); got {len(phases)} "
+                         "phase(s)")
+    _check_fields(data["vcycle"], family.recipe, vcycle_defaults)
+    d = data["data"]
+    budget, lr, warmup = phases[0]["steps"], phases[0]["lr"], phases[0]["warmup"]
+    tokens = budget * data["train"]["global_batch_size"] * d["seq_length"]
+    n = parameters(data["model"], family, vocabulary(data) if family.lm_head else 0,
+                   d["seq_length"])
+    point, how = point_at(family.recipe, tokens / n)
+    rewarm = max(1, round(WARMUP_FRACTION * budget))
+    level1_lr = lr * point.lr
+    steps = [max(1, round(f * budget)) for f in (point.first, point.small, point.last)]
+    out = copy.deepcopy(data)
+    out["vcycle"] = {**out["vcycle"], **family.recipe.vcycle, "recipe": "chosen"}
+    out["schedule"] = {**out.get("schedule", {}), "span": "run"}
+    out["phases"] = [
+        {"level": 1, "steps": steps[0], "lr": level1_lr, "warmup": min(warmup, steps[0])},
+        {"level": 2, "steps": steps[1], "lr": level1_lr * point.small_lr, "warmup": rewarm},
+        {"level": 1, "steps": steps[2], "lr": level1_lr, "warmup": rewarm},
+    ]
+    out["vcycle"]["chosen"] = (
+        f"{family.name} at {tokens / n:.3g} tokens/param ({budget} steps x "
+        f"{data['train']['global_batch_size']} x {d['seq_length']} tokens, {n:,} parameters): "
+        f"levels 1/2/1 for {steps[0]}/{steps[1]}/{steps[2]} steps "
+        f"({point.first:.4g}/{point.small:.4g}/{point.last:.4g} of the budget), level-1 lr "
+        f"{point.lr:.3g}x the baseline's {lr:g}, level 2 at {point.small_lr:.3g}x that; "
+        f"from {how}")
+    return out

@@ -1,0 +1,128 @@
+"""``vcycle.recipe: auto`` (mlsys/recipe.py): the family's measured best V-cycle chosen from
+the budget. At a measured budget it is the run that was measured; between two it
+interpolates in log(tokens per parameter); the chosen config validates as itself; what it
+cannot decide is an error naming the field."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launch.train import validate
+from mlsys.bench.profile import load_profile, run_configs
+from mlsys.config import ConfigError, load_run_config, parse_run_config
+from mlsys.families import get_family
+from mlsys.families.base import Recipe, RecipePoint
+from mlsys.recipe import parameters, point_at
+
+ROOT = Path(__file__).resolve().parents[1]
+ZERO1 = str(ROOT / "configs/ds/zero1.json")
+CHOSEN = ("scheme", "alpha", "width", "depth", "length", "depth_mapping", "optimizer", "noise",
+          "interpolation")
+
+
+@pytest.mark.parametrize("profile, family, run, budget, baseline_lr", [
+    # cpu-budget at 2000 steps: the best baseline (wsd) and the best cycle both at 2e-3
+    ("cpu-budget-gpt", "gpt", "gpt-ls-b2000-lr2e-3", 2000, 2.0e-3),
+    # cpu-small: the baselines best at 5e-4, depth only at 1e-3 (BERT) / 2.5e-4 (ViT), its
+    # last phase cut to 1125 steps
+    ("cpu-small", "bert", "depth-wsd-budget-lr1e-3-s1125", 2000, 5.0e-4),
+    ("cpu-small", "vit", "depth-wsd-budget-lr2.5e-4-s1125", 2000, 5.0e-4),
+])
+def test_auto_at_the_measured_budget_is_the_measured_run(profile, family, run, budget,
+                                                          baseline_lr):
+    """The family's baseline of that budget with ``vcycle.recipe: auto`` is the benchmark run
+    the recipe's point was measured on: phases, lrs, transition and schedule."""
+    configs = run_configs(load_profile(profile, ROOT), family, Path("unused"))
+    raw = {k: v for k, v in copy.deepcopy(configs[run]).items() if k != "fork"}
+    measured = parse_run_config(raw).model_dump()
+    raw["vcycle"], raw["schedule"] = {"recipe": "auto"}, {"scale": 1.0}
+    raw["phases"] = [{"level": 1, "steps": budget, "lr": baseline_lr, "warmup": 50}]
+    auto = parse_run_config(raw).model_dump()
+    assert auto["phases"] == measured["phases"]
+    assert {k: auto["vcycle"][k] for k in CHOSEN} == {k: measured["vcycle"][k] for k in CHOSEN}
+    assert auto["schedule"] == measured["schedule"] and auto["schedule"]["span"] == "run"
+    assert auto["train"] == measured["train"]
+    assert auto["vcycle"]["recipe"] == "chosen"
+    assert run.split("-lr")[0] in auto["vcycle"]["chosen"]
+
+
+@pytest.mark.parametrize("family", ["gpt", "bert", "vit"])
+def test_each_measured_point_is_at_the_budget_the_parameter_count_gives(family):
+    """The point's tokens per parameter is what ``parameters`` counts for the model it was
+    measured on (cpu-small's shape, 2000 steps of 16 sequences)."""
+    profile = load_profile("cpu-small", ROOT).families[family]
+    model = {"max_position": 512, "ffn_size": None, "extra": {}, **profile["model"]}
+    seq = profile["data"]["seq_length"]
+    f = get_family(family)
+    n = parameters(model, f, 4096 if f.lm_head else 0, seq)
+    assert f.recipe.points[0].tokens_per_param == pytest.approx(2000 * 16 * seq / n, rel=2e-3)
+
+
+@pytest.mark.parametrize("family", ["gpt", "bert", "llama", "vit"])
+def test_parameter_count_is_within_1_5_percent_of_the_built_model(family):
+    import torch
+
+    from mlsys.models import hf_config, model_class
+
+    kind = "vcycle" if family == "vit" else "baseline"  # (no tiny ViT baseline)
+    cfg = load_run_config(ROOT / f"configs/tiny-{family}-{kind}.yaml")
+    vocab = 10 if family == "vit" else 4096
+    hf = hf_config(cfg.model, vocab)
+    with torch.device("meta"):
+        model = model_class(hf)(hf)
+    built = sum(p.numel() for p in model.parameters())  # a tied weight once
+    estimate = parameters(cfg.model.model_dump(), cfg.family, 0 if family == "vit" else vocab,
+                          cfg.data.seq_length)
+    assert abs(estimate - built) / built < 0.015, (estimate, built)  # biases, norms
+
+
+def test_between_two_points_every_number_is_interpolated_in_log_budget():
+    a = RecipePoint(1.0, first=0.1, small=0.4, last=0.8, lr=1.0, small_lr=2.0, source="a")
+    b = RecipePoint(100.0, first=0.3, small=0.8, last=0.4, lr=0.5, small_lr=1.0, source="b")
+    recipe = Recipe(vcycle={}, points=(a, b))
+    mid, how = point_at(recipe, 10.0)  # halfway in log
+    assert (mid.first, mid.small, mid.last, mid.lr, mid.small_lr) == pytest.approx(
+        (0.2, 0.6, 0.6, 0.75, 1.5))
+    assert "interpolated" in how
+    assert point_at(recipe, 0.5)[0] is a and point_at(recipe, 1000.0)[0] is b
+    with pytest.raises(ValueError, match="increasing"):
+        Recipe(vcycle={}, points=(b, a))
+
+
+def test_the_chosen_config_validates_as_itself_and_resumes_as_written():
+    cfg = load_run_config(ROOT / "configs/tiny-gpt-vcycle.yaml")
+    assert [p.level for p in cfg.phases] == [1, 2, 1] and cfg.vcycle.recipe == "chosen"
+    assert parse_run_config(cfg.model_dump()) == cfg
+
+
+def test_set_edits_the_budget_as_written(tmp_path):
+    """``--set phases.0.steps=1000`` on an auto config changes the budget: the cycle is
+    chosen again for 1000 steps (5 / 80 / 60 % for GPT-2)."""
+    cfg, _ = validate(str(ROOT / "configs/tiny-gpt-vcycle.yaml"), ZERO1, 1,
+                      overrides=["phases.0.steps=1000"])
+    assert [p.steps for p in cfg.phases] == [50, 800, 600]
+
+
+def _tiny(tmp_path: Path, edit) -> Path:
+    data = yaml.safe_load((ROOT / "configs/tiny-gpt-vcycle.yaml").read_text())
+    edit(data)
+    path = tmp_path / "auto.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["phases"].append({"level": 2, "steps": 10, "lr": 1e-3}), "phases"),
+    (lambda d: d["vcycle"].update(width=1), "vcycle.width"),
+    (lambda d: d["data"].update(tokenizer_dir="tok", data_prefix="corpus"), "model.vocab_size"),
+    (lambda d: d["model"].update(family="llama", extra={"num_key_value_heads": 2}),
+     "vcycle.recipe"),
+])
+def test_what_auto_cannot_decide_is_an_error_naming_the_field(tmp_path, edit, field):
+    path = _tiny(tmp_path, edit)
+    with pytest.raises(ConfigError, match=rf"auto\.yaml: invalid run config\n  {field}"):
+        load_run_config(path)

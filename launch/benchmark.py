@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=int, default=None,
                    help="take the target at this many level-1 steps instead of the profile's "
                         "budget (its results page gets the suffix -b<steps>)")
+    p.add_argument("--budget-curve", type=int, nargs="+", default=None, metavar="STEPS",
+                   help="instead: analyse the finished runs at each budget and write this "
+                        "family's line of docs/results/budget-curves.{json,png,md}")
     p.add_argument("--transitions", type=int, default=0,
                    help="instead: cycle a tiny ZeRO-3 model down and up N times")
     p.add_argument("--overhead", action="store_true",
@@ -67,7 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     from mlsys.config import ConfigError
 
     try:
-        if args.overhead:
+        if args.budget_curve:
+            from mlsys.bench.budget_curve import analyse_budgets
+
+            analyse_budgets(args.profile, args.family, Path(args.out), ROOT, args.budget_curve,
+                            Path(args.results) if args.results else None)
+        elif args.overhead:
             measure(ROOT, Path(args.out), args.profile, args.family, args.ds_config, args.ranks,
                     args.steps, args.repeats, log_every=args.log_every,
                     data_workers=args.data_workers)

@@ -1,0 +1,198 @@
+"""The saving against the budget: measures (a) and (b) of the best V-cycle at each budget, in
+tokens per parameter, one line per profile and family (issue 25's plot).
+
+``curve_point`` reads one budget's analysis (``mlsys.bench.report.compare`` at that budget):
+the V-cycles **of that budget** are those whose training FLOPs are between ``LOW`` and 100 %
+of the target baseline's (a cycle of a smaller budget spends far less, one of a larger budget
+more); of those it takes the best by (a) and the best by (b), each with its seed spread where
+the run has seed variants (``mlsys.bench.seeds``: mean ± sample sd, and whether it counts).
+``update_curves`` merges one line into ``budget-curves.json`` (other lines kept), and
+``plot_curves`` draws every line: (a) and (b) against tokens per parameter, the spread as
+error bars. Pure functions except the two writers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mlsys.atomic import write_json, write_text
+from mlsys.train.metrics import save_figure
+
+LOW = 0.5  # a cycle of budget B spends 50-100 % of B's baseline FLOPs
+MEASURES = (("saving_flops", "spread_flops", "(a) to the target"),
+            ("saving_frontier", "spread_frontier", "(b) on the frontier"))
+
+
+def _seeded(compared: dict[str, Any], name: str) -> dict[str, Any] | None:
+    seeds = compared.get("seeds") or {}
+    return next((r for r in seeds.get("runs", []) if r["name"] == name), None)
+
+
+def curve_point(compared: dict[str, Any], budget: int, tokens_per_param: float
+                ) -> dict[str, Any]:
+    """One budget's point: the target, and per measure the best V-cycle of the budget (its
+    name, single-run value, and seed spread if it has seed variants); a measure with no
+    V-cycle value is None."""
+    rows = {r["name"]: r for r in compared["runs"]}
+    full = rows[compared["target"]]["flops_total"]
+    cycles = [r for r in compared["runs"]
+              if r["levels"] > 1 and LOW * full < r["flops_total"] <= full * (1 + 1e-9)]
+    point: dict[str, Any] = {"budget": budget, "tokens_per_param": tokens_per_param,
+                             "target": compared["target"],
+                             "target_val_loss": compared["target_val_loss"],
+                             "cycles": sorted(r["name"] for r in cycles)}
+    for key, spread_key, _ in MEASURES:
+        valued = [r for r in cycles if r[key] is not None]
+        if not valued:
+            point[key] = None
+            continue
+        best = max(valued, key=lambda r: r[key])
+        seeded = _seeded(compared, best["name"])
+        point[key] = {"run": best["name"], "value": best[key],
+                      "spread": seeded[spread_key] if seeded else None,
+                      "counts": seeded["counts"] if seeded else False}
+    return point
+
+
+def update_curves(path: Path, line: str, points: list[dict[str, Any]]) -> dict[str, Any]:
+    """``path`` (JSON: line name -> points by budget) with ``line`` replaced by ``points``;
+    written atomically, the other lines as they were."""
+    curves = json.loads(path.read_text()) if path.exists() else {}
+    curves[line] = sorted(points, key=lambda p: p["tokens_per_param"])
+    curves = dict(sorted(curves.items()))
+    write_json(path, curves)
+    return curves
+
+
+def _value(m: dict[str, Any] | None) -> tuple[float | None, float]:
+    """(the mean over seeds where there are ≥ 2, else the single run's value; the sd or 0)."""
+    if m is None:
+        return None, 0.0
+    s = m.get("spread")
+    if s and s["n"] >= 2 and s["mean"] is not None:
+        return s["mean"], s["std"] or 0.0
+    return m["value"], 0.0
+
+
+def plot_curves(curves: dict[str, Any], png: Path) -> Path:
+    """(a) and (b) against tokens per parameter (log), one line per entry of ``curves``,
+    seed spreads as error bars (single runs without)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, (key, _, label) in zip(axes, MEASURES, strict=True):
+        for line, points in curves.items():
+            xs, ys, es = [], [], []
+            for p in points:
+                y, e = _value(p[key])
+                if y is not None:
+                    xs.append(p["tokens_per_param"]), ys.append(100 * y), es.append(100 * e)
+            if xs:
+                ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=line)
+        ax.axhline(0.0, color="grey", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel("budget: tokens per parameter")
+        ax.set_title(f"saved {label}")
+    axes[0].set_ylabel("FLOPs saved by the best V-cycle (%)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, png, dpi=110)
+
+
+def markdown_curves(curves: dict[str, Any]) -> str:
+    """The table under the plot: per line and budget, the target and each measure's best."""
+    def cell(p: dict[str, Any], key: str) -> str:
+        m = p[key]
+        if m is None:
+            return "not reached" if p["cycles"] else "no V-cycle run yet"
+        s = m.get("spread")
+        seeds = (f"; {100 * s['mean']:+.1f} % ± {100 * (s['std'] or 0):.1f} over {s['n']} "
+                 f"seeds with a value{', counts' if m['counts'] else ', does not count'}"
+                 if s and s["n"] >= 2 and s["mean"] is not None else "")
+        return f"{100 * m['value']:+.1f} % (`{m['run']}`{seeds})"
+
+    lines = ["| line | budget (steps) | tokens/param | target | (a) best | (b) best |",
+             "|---|---|---|---|---|---|"]
+    for line, points in curves.items():
+        for p in points:
+            edge = " (lr grid: " + p["grid_edge"] + ")" if p.get("grid_edge") else ""
+            lines.append(f"| {line} | {p['budget']} | {p['tokens_per_param']:.3g} | "
+                         f"`{p['target']}` {p['target_val_loss']:.4f}{edge} | "
+                         f"{cell(p, 'saving_flops')} | {cell(p, 'saving_frontier')} |")
+    return "\n".join(lines)
+
+
+def write_curves_page(folder: Path, curves: dict[str, Any], cmd: str) -> Path:
+    """``budget-curves.md`` beside ``budget-curves.png``: the plot and its table."""
+    text = "\n".join([
+        f"<!-- Written by the benchmark (mlsys/bench/budget_curve.py). Do not edit: run {cmd} "
+        "for each line -->", "", "# The saving against the budget", "",
+        "The best V-cycle of each budget (training FLOPs 50–100 % of the target baseline's) by "
+        "measure (a) and by measure (b) ([docs/benchmark.md](../benchmark.md)); the mean and "
+        "sample sd over seeds where the run has seed variants, else the single run. A saving "
+        "counts where its mean exceeds its sd over ≥ 3 seeds. Tokens per parameter as "
+        "`vcycle.recipe: auto` reads them (`mlsys/recipe.py`: biases and norms left out, "
+        "0.5 % fewer than the README's count), so this axis is the recipe rule's.", "",
+        "![saving against tokens per parameter](budget-curves.png)", "",
+        markdown_curves(curves), ""])
+    return write_text(folder / "budget-curves.md", text)
+
+
+def tokens_per_param(cfg: dict[str, Any], steps: int) -> float:
+    """``steps`` of ``cfg``'s batch in tokens per parameter, the parameters counted as
+    ``vcycle.recipe: auto`` counts them (``mlsys.recipe.parameters``), so this axis is the
+    rule's."""
+    from mlsys.families import get_family
+    from mlsys.recipe import parameters, vocabulary
+
+    family = get_family(cfg["model"]["family"])
+    seq = cfg["data"]["seq_length"]
+    n = parameters(cfg["model"], family, vocabulary(cfg) if family.lm_head else 0, seq)
+    return steps * cfg["train"]["global_batch_size"] * seq / n
+
+
+def analyse_budgets(profile_name: str, family: str, out: Path, root: Path, budgets: list[int],
+                    results_dir: Path | None = None, docs_dir: Path | None = None
+                    ) -> dict[str, Any]:
+    """Analyse the profile's finished (or committed) runs of ``family`` at each budget, and
+    write its line into ``<docs_dir>/budget-curves.{json,png,md}`` (default
+    ``<root>/docs/results``). A budget without a finished baseline of its length is left out,
+    said on stdout."""
+    from mlsys.bench.profile import load_profile, run_configs
+    from mlsys.bench.report import NoTarget, compare
+    from mlsys.bench.results import RESULTS
+    from mlsys.bench.runner import Results, finished_records
+    from mlsys.config import parse_run_config
+
+    profile = load_profile(profile_name, root)
+    configs = run_configs(profile, family, out)
+    results = Results(results_dir or root / RESULTS, profile_name, family, root)
+    records = finished_records(configs, results)
+    configs = {n: c for n, c in configs.items() if n in records}
+    first = parse_run_config({k: v for k, v in next(iter(configs.values())).items()
+                              if k != "fork"}).model_dump()
+    points = []
+    for budget in budgets:
+        try:
+            compared = compare(configs, profile.window, budget, records)
+        except NoTarget as err:
+            print(f"budget {budget}: left out ({err})", flush=True)
+            continue
+        points.append(curve_point(compared, budget, tokens_per_param(first, budget)))
+        if compared.get("grid_edge"):
+            points[-1]["grid_edge"] = compared["grid_edge"]
+    folder = docs_dir or root / "docs" / "results"
+    curves = update_curves(folder / "budget-curves.json", f"{profile_name}/{family}", points)
+    plot_curves(curves, folder / "budget-curves.png")
+    cmd = (f"`python -m launch.benchmark --profile {profile_name} --family {family} "
+           f"--budget-curve {' '.join(map(str, budgets))} "
+           f"--out runs/bench/{profile_name}-{family}`")
+    page = write_curves_page(folder, curves, cmd)
+    print(markdown_curves(curves))
+    print(f"wrote {page}")
+    return curves

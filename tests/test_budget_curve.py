@@ -1,0 +1,56 @@
+"""The saving against the budget (mlsys/bench/budget_curve.py): which V-cycles belong to a
+budget, the best of each measure with its seed spread, and a line merged into the file
+beside the others."""
+
+from __future__ import annotations
+
+import json
+
+from mlsys.bench.budget_curve import curve_point, markdown_curves, update_curves
+
+
+def _row(name: str, levels: int, flops: float, a: float | None, b: float | None) -> dict:
+    return {"name": name, "levels": levels, "flops_total": flops, "saving_flops": a,
+            "saving_frontier": b}
+
+
+COMPARED = {
+    "target": "wsd-s2000", "target_val_loss": 3.1,
+    "runs": [_row("wsd-s2000", 1, 100.0, 0.0, 0.0), _row("wsd-s6500", 1, 325.0, -1.0, 0.0),
+             _row("cycle-b500", 2, 25.0, 0.9, 0.5),    # a smaller budget's cycle: out
+             _row("cycle-b2000-x", 2, 87.0, 0.13, 0.10),
+             _row("cycle-b2000-y", 2, 75.0, None, 0.15),  # never reaches the target
+             _row("cycle-b6500", 2, 290.0, 0.3, 0.2)],    # a larger budget's: out
+    "seeds": {"runs": [{"name": "cycle-b2000-x", "counts": False,
+                        "spread_flops": {"n": 2, "mean": 0.148, "std": 0.023},
+                        "spread_frontier": {"n": 3, "mean": 0.111, "std": 0.03}}]},
+}
+
+
+def test_a_budget_takes_its_own_cycles_and_the_best_of_each_measure():
+    p = curve_point(COMPARED, 2000, 3.09)
+    assert p["cycles"] == ["cycle-b2000-x", "cycle-b2000-y"]
+    assert p["saving_flops"]["run"] == "cycle-b2000-x" and p["saving_flops"]["value"] == 0.13
+    assert p["saving_flops"]["spread"] == {"n": 2, "mean": 0.148, "std": 0.023}
+    assert p["saving_frontier"]["run"] == "cycle-b2000-y"
+    assert p["saving_frontier"]["spread"] is None  # no seed variants: a single run
+    assert "does not count" in markdown_curves({"l": [p]})
+
+
+def test_a_budget_with_no_cycle_of_its_own_says_so():
+    compared = {**COMPARED, "runs": COMPARED["runs"][:3]}
+    p = curve_point(compared, 2000, 3.09)
+    assert p["cycles"] == [] and p["saving_flops"] is None and p["saving_frontier"] is None
+    assert "no V-cycle run yet" in markdown_curves({"l": [p]})
+
+
+def test_a_line_replaces_only_itself(tmp_path):
+    path = tmp_path / "budget-curves.json"
+    update_curves(path, "cpu-budget-bert/bert", [{"tokens_per_param": 3.0, "budget": 2000}])
+    update_curves(path, "cpu-budget-gpt/gpt", [{"tokens_per_param": 20.0, "budget": 13500},
+                                               {"tokens_per_param": 3.0, "budget": 2000}])
+    update_curves(path, "cpu-budget-gpt/gpt", [{"tokens_per_param": 10.0, "budget": 6500}])
+    curves = json.loads(path.read_text())
+    assert list(curves) == ["cpu-budget-bert/bert", "cpu-budget-gpt/gpt"]
+    assert curves["cpu-budget-gpt/gpt"] == [{"tokens_per_param": 10.0, "budget": 6500}]
+    assert curves["cpu-budget-bert/bert"] == [{"tokens_per_param": 3.0, "budget": 2000}]

@@ -59,7 +59,8 @@ def validate(config: str, ds_config: str, world_size: int, run_dir: str | None =
 
     cfg = load_run_config(config, expand=not overrides)  # --set edits the config as written
     if overrides:
-        cfg = parse_run_config(apply_overrides(cfg.model_dump(), overrides),
+        given = cfg.model_dump(exclude_unset=True)  # what the config sets, and the overrides
+        cfg = parse_run_config(apply_overrides(given, overrides, fields=cfg.model_dump()),
                                f"{config} (--set {' '.join(overrides)})")
     if run_dir is not None:
         if not run_dir.strip():

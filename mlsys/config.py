@@ -388,8 +388,8 @@ class VCycleConfig(_Strict):
     best V-cycle at this budget (``mlsys.recipe``, the rule in ``Family.recipe``): the config
     gives one level-1 phase, the baseline the cycle replaces (its steps are the budget, its
     lr and warmup the baseline's), and the recipe sets the phases, ``schedule.span: run`` and
-    the vcycle fields of its shape (a value other than the default or the recipe's own is
-    an error). ``chosen``: written in place of ``auto`` by the expansion (a run's
+    the vcycle fields of its shape (given with another value than the recipe's, one of
+    them is an error). ``chosen``: written in place of ``auto`` by the expansion (a run's
     ``run_config.json``), the phases as written. Refused for a family with no measured
     recipe (Llama-class and DeiT today)."""
     chosen: str | None = None
@@ -604,8 +604,10 @@ def parse_run_config(data: Any, source: str = "<config>", expand: bool = True) -
         raise ConfigError(f"{source}: invalid run config\n{_format(err)}") from None
     if not expand or cfg.vcycle.recipe != "auto":
         return cfg
+    given = {f"{section}.{f}" for section in ("vcycle", "schedule")
+             for f in getattr(cfg, section).model_fields_set}
     try:
-        chosen = expand_recipe(cfg.model_dump(), VCycleConfig().model_dump())
+        chosen = expand_recipe(cfg.model_dump(), given)
     except ValueError as err:
         raise ConfigError(f"{source}: invalid run config\n  {err}") from None
     try:
@@ -629,14 +631,19 @@ def _override_value(text: str) -> Any:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...],
-                    source: str = "--set") -> dict[str, Any]:
-    """``data`` (a run config as a plain mapping, every field present: ``model_dump()``) with
-    each ``PATH=VALUE`` of ``overrides`` applied in order (a new mapping; see the module
-    docstring). ``ConfigError`` naming the path for a malformed override, an unknown field
-    or an index out of range; the schema is checked by ``parse_run_config`` afterwards."""
+                    source: str = "--set", fields: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:
+    """``data`` (a run config as a plain mapping) with each ``PATH=VALUE`` of ``overrides``
+    applied in order (a new mapping; see the module docstring). Paths are checked against
+    ``fields`` (every field present: ``model_dump()``; default ``data`` itself), so ``data``
+    may hold only the fields a config sets (``model_dump(exclude_unset=True)``: a missing
+    section is created). ``ConfigError`` naming the path for a malformed override, an
+    unknown field or an index out of range; the schema is checked by ``parse_run_config``
+    afterwards."""
     import json
 
     out = json.loads(json.dumps(data))  # a deep copy; tuples become lists
+    schema = out if fields is None else json.loads(json.dumps(fields))
     for item in overrides:
         path, sep, text = item.partition("=")
         path = path.strip()
@@ -648,34 +655,38 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
             raise ConfigError(f"{source} {path}: value {text!r} is not YAML: "
                               f"{getattr(err, 'problem', err)}") from None
         keys = path.split(".")
-        node: Any = out
+        node: Any = out  # where the value goes
+        ref: Any = schema  # what may be set there
         for i, key in enumerate(keys):
             here, last = ".".join(keys[:i + 1]), i == len(keys) - 1
             parent = ".".join(keys[:i])
-            if isinstance(node, list):
+            if isinstance(ref, list):
                 if not key.lstrip("-").isdigit():
                     raise ConfigError(f"{source} {path}: {parent} is a list; {key!r} is not "
                                       "an index")
                 index = int(key)
-                if not 0 <= index < len(node):
+                if not 0 <= index < len(ref):
                     raise ConfigError(f"{source} {path}: index {index} out of range ({parent} "
-                                      f"has {len(node)} items: 0..{len(node) - 1})")
+                                      f"has {len(ref)} items: 0..{len(ref) - 1})")
                 if last:
                     node[index] = value
                 else:
-                    node = node[index]
-            elif isinstance(node, dict):
-                if key not in node and not (last and parent in FREE_FORM):
-                    known = ", ".join(sorted(node)) or "none"
+                    node, ref = node[index], ref[index]
+            elif isinstance(ref, dict):
+                if key not in ref and not (last and parent in FREE_FORM):
+                    known = ", ".join(sorted(ref)) or "none"
                     raise ConfigError(f"{source} {path}: unknown field {here} (the fields of "
                                       f"{parent or 'the run config'}: {known})")
                 if last:
                     node[key] = value
                 else:
-                    node = node[key]
+                    if key not in node:  # a section the config leaves at its defaults
+                        node[key] = {} if isinstance(ref[key], dict) else \
+                            json.loads(json.dumps(ref[key]))
+                    node, ref = node[key], ref[key]
             else:
                 raise ConfigError(f"{source} {path}: {parent} is a value "
-                                  f"({node!r}), not a section or list")
+                                  f"({ref!r}), not a section or list")
     return out
 
 

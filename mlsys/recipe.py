@@ -89,20 +89,23 @@ def point_at(recipe: Recipe, tokens_per_param: float) -> tuple[RecipePoint, str]
                    f"{b.tokens_per_param:g} tokens/param ({a.source}; {b.source})")
 
 
-def _check_fields(vcycle: dict[str, Any], recipe: Recipe, defaults: dict[str, Any]) -> None:
-    """A field the recipe sets may be left at its default or given the recipe's value."""
-    for key, value in recipe.vcycle.items():
-        given = vcycle.get(key, defaults[key])
-        if given not in (defaults[key], value):
-            raise ValueError(f"vcycle.{key}: {given!r}, but vcycle.recipe: auto sets it to "
-                             f"{value!r} (remove it, or write the phases with recipe: none)")
+def _check_given(data: dict[str, Any], recipe: Recipe, given: set[str]) -> None:
+    """A field the recipe sets may only be given (``given``: dotted names the config sets)
+    with the recipe's own value."""
+    for key, value in [*(("vcycle." + k, v) for k, v in recipe.vcycle.items()),
+                       ("schedule.span", "run")]:
+        section, field = key.split(".")
+        if key in given and data[section][field] != value:
+            raise ValueError(f"{key}: {data[section][field]!r}, but vcycle.recipe: auto sets "
+                             f"it to {value!r} (remove it, or write the phases with recipe: "
+                             "none)")
 
 
-def expand_recipe(data: dict[str, Any], vcycle_defaults: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with ``vcycle.recipe: auto`` replaced by the chosen cycle (see the module
-    docstring); any other config is returned as it is. ``vcycle_defaults``: every vcycle
-    field's default (a field the recipe sets may only be left at it or set to the recipe's
-    value)."""
+def expand_recipe(data: dict[str, Any], given: set[str]) -> dict[str, Any]:
+    """``data`` (a validated config, every field present) with ``vcycle.recipe: auto``
+    replaced by the chosen cycle (see the module docstring); any other config is returned as
+    it is. ``given``: the dotted ``vcycle.*`` and ``schedule.*`` fields the config itself sets
+    (a field the recipe sets may only be given with the recipe's own value)."""
     if data.get("vcycle", {}).get("recipe") != "auto":
         return data
     family = get_family(data["model"]["family"])
@@ -111,10 +114,10 @@ def expand_recipe(data: dict[str, Any], vcycle_defaults: dict[str, Any]) -> dict
                          f"{family.name} family yet (write the phases, recipe: none)")
     phases = data["phases"]
     if len(phases) != 1 or phases[0]["level"] != 1:
+        got = ", ".join(f"level {p['level']}" for p in phases)
         raise ValueError("phases: vcycle.recipe: auto takes one level-1 phase, the baseline "
-                         f"the cycle replaces (its steps are the budget); got {len(phases)} "
-                         "phase(s)")
-    _check_fields(data["vcycle"], family.recipe, vcycle_defaults)
+                         f"the cycle replaces (its steps are the budget); got {got}")
+    _check_given(data, family.recipe, given)
     d = data["data"]
     budget, lr, warmup = phases[0]["steps"], phases[0]["lr"], phases[0]["warmup"]
     tokens = budget * data["train"]["global_batch_size"] * d["seq_length"]

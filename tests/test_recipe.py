@@ -118,6 +118,8 @@ def _tiny(tmp_path: Path, edit) -> Path:
 @pytest.mark.parametrize("edit, field", [
     (lambda d: d["phases"].append({"level": 2, "steps": 10, "lr": 1e-3}), "phases"),
     (lambda d: d["vcycle"].update(width=1), "vcycle.width"),
+    (lambda d: d["vcycle"].update(alpha=0.8), "vcycle.alpha"),  # the default, given: refused
+    (lambda d: d.update(schedule={"span": "phase"}), "schedule.span"),
     (lambda d: d["data"].update(tokenizer_dir="tok", data_prefix="corpus"), "model.vocab_size"),
     (lambda d: d["model"].update(family="llama", extra={"num_key_value_heads": 2}),
      "vcycle.recipe"),
@@ -126,3 +128,35 @@ def test_what_auto_cannot_decide_is_an_error_naming_the_field(tmp_path, edit, fi
     path = _tiny(tmp_path, edit)
     with pytest.raises(ConfigError, match=rf"auto\.yaml: invalid run config\n  {field}"):
         load_run_config(path)
+
+
+def test_set_cannot_give_a_field_the_recipe_sets():
+    with pytest.raises(ConfigError, match="vcycle.depth_mapping: 'copy', but vcycle.recipe"):
+        validate(str(ROOT / "configs/tiny-gpt-vcycle.yaml"), ZERO1, 1,
+                 overrides=["vcycle.depth_mapping=copy"])
+    cfg, _ = validate(str(ROOT / "configs/tiny-gpt-vcycle.yaml"), ZERO1, 1,
+                      overrides=["vcycle.noise=0.001", "train.seed=3"])  # the recipe's own
+    assert cfg.train.seed == 3 and cfg.vcycle.recipe == "chosen"
+
+
+def test_the_benchmark_sees_the_cycle_auto_chose():
+    """A profile's auto run is analysed as the cycle it is (levels, phases, what it chose),
+    not as the one-level baseline it was written as."""
+    from mlsys.bench.profile import run_configs
+
+    configs = run_configs(load_profile("cpu-size-gpt", ROOT), "gpt", Path("unused"))
+    auto = configs["gpt-auto-lr1e-3"]
+    assert [p["level"] for p in auto["phases"]] == [1, 2, 1]
+    assert [p["steps"] for p in auto["phases"]] == [250, 4000, 3000]
+    assert auto["vcycle"]["recipe"] == "chosen" and auto["vcycle"]["chosen"]
+
+
+def test_the_words_of_what_auto_chose_are_not_a_config_change():
+    from mlsys.train.resume import config_changes
+
+    cfg = load_run_config(ROOT / "configs/tiny-gpt-vcycle.yaml")
+    stored = cfg.model_dump()
+    stored["vcycle"]["chosen"] = "the same cycle, described by an older version"
+    assert config_changes(stored, cfg, "run_config.json") == {}
+    stored["phases"][1]["steps"] += 1
+    assert list(config_changes(stored, cfg, "run_config.json")) == ["phases.1.steps"]

@@ -167,13 +167,16 @@ def analyse_budgets(profile_name: str, family: str, out: Path, root: Path, budge
     from mlsys.bench.report import NoTarget, compare
     from mlsys.bench.results import RESULTS
     from mlsys.bench.runner import Results, finished_records
-    from mlsys.config import parse_run_config
+    from mlsys.config import ConfigError, parse_run_config
 
     profile = load_profile(profile_name, root)
     configs = run_configs(profile, family, out)
     results = Results(results_dir or root / RESULTS, profile_name, family, root)
     records = finished_records(configs, results)
     configs = {n: c for n, c in configs.items() if n in records}
+    if not configs:
+        raise ConfigError(f"--budget-curve: no finished or committed run of {profile_name} / "
+                          f"{family}")
     first = parse_run_config({k: v for k, v in next(iter(configs.values())).items()
                               if k != "fork"}).model_dump()
     points = []
@@ -186,6 +189,9 @@ def analyse_budgets(profile_name: str, family: str, out: Path, root: Path, budge
         points.append(curve_point(compared, budget, tokens_per_param(first, budget)))
         if compared.get("grid_edge"):
             points[-1]["grid_edge"] = compared["grid_edge"]
+    if not points:
+        raise ConfigError(f"--budget-curve: no budget of {budgets} has a finished baseline of "
+                          "its length (the committed line is left as it was)")
     folder = docs_dir or root / "docs" / "results"
     curves = update_curves(folder / "budget-curves.json", f"{profile_name}/{family}", points)
     plot_curves(curves, folder / "budget-curves.png")

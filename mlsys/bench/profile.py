@@ -24,7 +24,8 @@ the runs, each adding its own sections (``phases``, ``vcycle``, ...)::
 A ``sweep`` expands a run into one run per grid point: ``lr`` sets level 1's lr and scales
 every other phase's by the same factor (the declared ratios between levels are the level lr
 rule), ``steps`` sets the length of the run's last phase (a one-phase run's length; a
-V-cycle's final phase, for the same cycle at several budgets). A fork from a swept run
+V-cycle's final phase, for the same cycle at several budgets; with ``vcycle.recipe: auto``
+the baseline's, so the budget the cycle is chosen for). A fork from a swept run
 branches from the variant with the same lr.
 
 ``seeds: {values: [1235, 1236], runs: [wsd-lr2e-3-s2000, gpt-ls-b2000-lr2e-3]}`` adds the
@@ -310,9 +311,10 @@ def _merged(shared: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
 def run_configs(profile: Profile, family: str, out: Path, scale: float = 1.0
                 ) -> dict[str, dict[str, Any]]:
     """Run config (a dict) per run name for ``family``: the family's shared sections plus the
-    run's own, ``schedule.scale``, ``name`` and ``run_dir``. A forked run's ``fork`` becomes
-    ``{from, step}`` (the global step at the end of ``after_phase``, after scaling), and its
-    source keeps a checkpoint at every fork step."""
+    run's own, ``schedule.scale``, ``name`` and ``run_dir``; a run with ``vcycle.recipe:
+    auto`` gets the phases, vcycle and schedule it chose (``recipe: chosen``). A forked run's
+    ``fork`` becomes ``{from, step}`` (the global step at the end of ``after_phase``, after
+    scaling), and its source keeps a checkpoint at every fork step."""
     if family not in profile.families:
         raise ConfigError(f"family: {family!r} is not in this profile "
                           f"({', '.join(profile.families)})")
@@ -330,6 +332,10 @@ def run_configs(profile: Profile, family: str, out: Path, scale: float = 1.0
         cfg["run_dir"] = str(out / name)
         fork = cfg.pop("fork", None)
         parsed = parse_run_config(cfg, source=f"{family}/{name}")
+        if cfg.get("vcycle", {}).get("recipe") == "auto":  # the cycle it chose, as if written
+            chosen = parsed.model_dump()
+            cfg.update(vcycle=chosen["vcycle"], schedule=chosen["schedule"],
+                       phases=chosen["phases"])
         totals[name] = parsed.total_steps
         if fork is not None:
             step = totals[fork["from"]] if fork.get("source_end") else _fork_step(parsed, fork)

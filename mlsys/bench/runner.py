@@ -49,10 +49,12 @@ BOOKKEEPING = ("checkpoint_every", "keep_checkpoints")  # train fields that chan
 
 def _canonical(raw: dict[str, Any], source: str, location: bool = True) -> Any:
     """A run config as compared for "the same run": validated (defaults filled in), without
-    ``BOOKKEEPING`` fields, and without ``run_dir`` unless ``location``."""
+    ``BOOKKEEPING`` fields and ``vcycle.chosen``, and without ``run_dir`` unless
+    ``location``."""
     data = json.loads(json.dumps(parse_run_config(raw, source=source).model_dump()))
     for key in BOOKKEEPING:
         data["train"].pop(key)
+    data["vcycle"].pop("chosen")  # recipe: auto's choice in words: the numbers are compared
     if not location:
         data.pop("run_dir")
     return data

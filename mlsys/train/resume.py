@@ -32,7 +32,8 @@ from mlsys.train.runlock import RunLock
 SAFE_CHANGES = ("name", "train.eval_every", "train.log_every", "train.checkpoint_every",
                 "train.keep_checkpoints", "train.portable_checkpoints", "train.data_workers",
                 "train.export_levels", "train.peak_tflops", "data.cache_dir")
-IGNORED = ("run_dir",)  # a run directory may be moved or named differently
+IGNORED = ("run_dir",  # a run directory may be moved or named differently
+           "vcycle.chosen")  # what recipe: auto chose, in words: the numbers are compared
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ def config_changes(stored: dict[str, Any], cfg: RunConfig, source: str) -> dict[
     new = _flatten(json.loads(json.dumps(cfg.model_dump())))
     missing = "<absent>"
     return {k: (old.get(k, missing), new.get(k, missing)) for k in sorted(set(old) | set(new))
-            if old.get(k, missing) != new.get(k, missing) and k.split(".")[0] not in IGNORED}
+            if old.get(k, missing) != new.get(k, missing)
+            and k not in IGNORED and k.split(".")[0] not in IGNORED}
 
 
 def check_same_config(run: RunDir, cfg: RunConfig, accept: Iterable[str] = ()) -> None:

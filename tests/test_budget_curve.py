@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from mlsys.bench.budget_curve import curve_point, markdown_curves, update_curves
+from mlsys.bench.budget_curve import _value, curve_point, markdown_curves, update_curves
 
 
 def _row(name: str, levels: int, flops: float, a: float | None, b: float | None) -> dict:
@@ -21,7 +21,8 @@ COMPARED = {
              _row("cycle-b2000-x", 2, 87.0, 0.13, 0.10),
              _row("cycle-b2000-y", 2, 75.0, None, 0.15),  # never reaches the target
              _row("cycle-b6500", 2, 290.0, 0.3, 0.2)],    # a larger budget's: out
-    "seeds": {"runs": [{"name": "cycle-b2000-x", "counts": False,
+    "seeds": {"seeds": [None, 1235, 1236],
+              "runs": [{"name": "cycle-b2000-x", "counts": False,
                         "spread_flops": {"n": 2, "mean": 0.148, "std": 0.023},
                         "spread_frontier": {"n": 3, "mean": 0.111, "std": 0.03}}]},
 }
@@ -34,7 +35,11 @@ def test_a_budget_takes_its_own_cycles_and_the_best_of_each_measure():
     assert p["saving_flops"]["spread"] == {"n": 2, "mean": 0.148, "std": 0.023}
     assert p["saving_frontier"]["run"] == "cycle-b2000-y"
     assert p["saving_frontier"]["spread"] is None  # no seed variants: a single run
-    assert "does not count" in markdown_curves({"l": [p]})
+    assert "over the 2 of 3 seeds with a value, does not count" in markdown_curves({"l": [p]})
+    # plotted: the own-seed run where a seed has no value (a mean of the others flatters)
+    assert _value(p["saving_flops"]) == (0.13, 0.0)
+    full = {**p["saving_flops"], "spread": {"n": 3, "mean": 0.12, "std": 0.02}}
+    assert _value(full) == (0.12, 0.02)
 
 
 def test_a_budget_with_no_cycle_of_its_own_says_so():

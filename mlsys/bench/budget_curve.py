@@ -52,6 +52,7 @@ def curve_point(compared: dict[str, Any], budget: int, tokens_per_param: float
         seeded = _seeded(compared, best["name"])
         point[key] = {"run": best["name"], "value": best[key],
                       "spread": seeded[spread_key] if seeded else None,
+                      "seeds": len(compared["seeds"]["seeds"]) if seeded else 1,
                       "counts": seeded["counts"] if seeded else False}
     return point
 
@@ -67,11 +68,12 @@ def update_curves(path: Path, line: str, points: list[dict[str, Any]]) -> dict[s
 
 
 def _value(m: dict[str, Any] | None) -> tuple[float | None, float]:
-    """(the mean over seeds where there are ≥ 2, else the single run's value; the sd or 0)."""
+    """(the mean over seeds where every seed has a value, else the run's own; the sd or 0):
+    a mean over the seeds that reached the target alone would flatter the saving."""
     if m is None:
         return None, 0.0
     s = m.get("spread")
-    if s and s["n"] >= 2 and s["mean"] is not None:
+    if s and s["n"] >= 2 and s["n"] == m.get("seeds") and s["mean"] is not None:
         return s["mean"], s["std"] or 0.0
     return m["value"], 0.0
 
@@ -111,8 +113,9 @@ def markdown_curves(curves: dict[str, Any]) -> str:
         if m is None:
             return "not reached" if p["cycles"] else "no V-cycle run yet"
         s = m.get("spread")
-        seeds = (f"; {100 * s['mean']:+.1f} % ± {100 * (s['std'] or 0):.1f} over {s['n']} "
-                 f"seeds with a value{', counts' if m['counts'] else ', does not count'}"
+        seeds = (f"; {100 * s['mean']:+.1f} % ± {100 * (s['std'] or 0):.1f} over the "
+                 f"{s['n']} of {m.get('seeds', s['n'])} seeds with a value"
+                 f"{', counts' if m['counts'] else ', does not count'}"
                  if s and s["n"] >= 2 and s["mean"] is not None else "")
         return f"{100 * m['value']:+.1f} % (`{m['run']}`{seeds})"
 
@@ -133,8 +136,9 @@ def write_curves_page(folder: Path, curves: dict[str, Any], cmd: str) -> Path:
         f"<!-- Written by the benchmark (mlsys/bench/budget_curve.py). Do not edit: run {cmd} "
         "for each line -->", "", "# The saving against the budget", "",
         "The best V-cycle of each budget (training FLOPs 50–100 % of the target baseline's) by "
-        "measure (a) and by measure (b) ([docs/benchmark.md](../benchmark.md)); the mean and "
-        "sample sd over seeds where the run has seed variants, else the single run. A saving "
+        "measure (a) and by measure (b) ([docs/benchmark.md](../benchmark.md)), chosen by its "
+        "own-seed run; plotted: the mean and sample sd over its seeds where every seed has a "
+        "value, else the own-seed run (no bar). A saving "
         "counts where its mean exceeds its sd over ≥ 3 seeds. Tokens per parameter as "
         "`vcycle.recipe: auto` reads them (`mlsys/recipe.py`: biases and norms left out, "
         "0.5 % fewer than the README's count), so this axis is the recipe rule's.", "",

@@ -67,6 +67,14 @@ def parameters(model: dict[str, Any], family: Family, vocab: int, seq_length: in
     return n
 
 
+def budget_tokens_per_param(data: dict[str, Any], steps: int) -> tuple[float, int]:
+    """(``steps`` of ``data``'s batch in tokens per parameter, the parameters counted)."""
+    family = get_family(data["model"]["family"])
+    seq = data["data"]["seq_length"]
+    n = parameters(data["model"], family, vocabulary(data) if family.lm_head else 0, seq)
+    return steps * data["train"]["global_batch_size"] * seq / n, n
+
+
 def _mix(a: float, b: float, t: float) -> float:
     return a + (b - a) * t
 
@@ -120,10 +128,8 @@ def expand_recipe(data: dict[str, Any], given: set[str]) -> dict[str, Any]:
     _check_given(data, family.recipe, given)
     d = data["data"]
     budget, lr, warmup = phases[0]["steps"], phases[0]["lr"], phases[0]["warmup"]
-    tokens = budget * data["train"]["global_batch_size"] * d["seq_length"]
-    n = parameters(data["model"], family, vocabulary(data) if family.lm_head else 0,
-                   d["seq_length"])
-    point, how = point_at(family.recipe, tokens / n)
+    per_param, n = budget_tokens_per_param(data, budget)
+    point, how = point_at(family.recipe, per_param)
     rewarm = max(1, round(WARMUP_FRACTION * budget))
     level1_lr = lr * point.lr
     steps = [max(1, round(f * budget)) for f in (point.first, point.small, point.last)]
@@ -136,7 +142,7 @@ def expand_recipe(data: dict[str, Any], given: set[str]) -> dict[str, Any]:
         {"level": 1, "steps": steps[2], "lr": level1_lr, "warmup": rewarm},
     ]
     out["vcycle"]["chosen"] = (
-        f"{family.name} at {tokens / n:.3g} tokens/param ({budget} steps x "
+        f"{family.name} at {per_param:.3g} tokens/param ({budget} steps x "
         f"{data['train']['global_batch_size']} x {d['seq_length']} tokens, {n:,} parameters): "
         f"levels 1/2/1 for {steps[0]}/{steps[1]}/{steps[2]} steps "
         f"({point.first:.4g}/{point.small:.4g}/{point.last:.4g} of the budget), level-1 lr "

@@ -43,6 +43,8 @@ def curve_point(compared: dict[str, Any], budget: int, tokens_per_param: float
                              "target": compared["target"],
                              "target_val_loss": compared["target_val_loss"],
                              "cycles": sorted(r["name"] for r in cycles)}
+    if compared.get("grid_edge"):
+        point["grid_edge"] = compared["grid_edge"]
     for key, spread_key, _ in MEASURES:
         valued = [r for r in cycles if r[key] is not None]
         if not valued:
@@ -147,19 +149,6 @@ def write_curves_page(folder: Path, curves: dict[str, Any], cmd: str) -> Path:
     return write_text(folder / "budget-curves.md", text)
 
 
-def tokens_per_param(cfg: dict[str, Any], steps: int) -> float:
-    """``steps`` of ``cfg``'s batch in tokens per parameter, the parameters counted as
-    ``vcycle.recipe: auto`` counts them (``mlsys.recipe.parameters``), so this axis is the
-    rule's."""
-    from mlsys.families import get_family
-    from mlsys.recipe import parameters, vocabulary
-
-    family = get_family(cfg["model"]["family"])
-    seq = cfg["data"]["seq_length"]
-    n = parameters(cfg["model"], family, vocabulary(cfg) if family.lm_head else 0, seq)
-    return steps * cfg["train"]["global_batch_size"] * seq / n
-
-
 def analyse_budgets(profile_name: str, family: str, out: Path, root: Path, budgets: list[int],
                     results_dir: Path | None = None, docs_dir: Path | None = None
                     ) -> dict[str, Any]:
@@ -172,6 +161,7 @@ def analyse_budgets(profile_name: str, family: str, out: Path, root: Path, budge
     from mlsys.bench.results import RESULTS
     from mlsys.bench.runner import Results, finished_records
     from mlsys.config import ConfigError, parse_run_config
+    from mlsys.recipe import budget_tokens_per_param  # the recipe rule's axis
 
     profile = load_profile(profile_name, root)
     configs = run_configs(profile, family, out)
@@ -190,9 +180,7 @@ def analyse_budgets(profile_name: str, family: str, out: Path, root: Path, budge
         except NoTarget as err:
             print(f"budget {budget}: left out ({err})", flush=True)
             continue
-        points.append(curve_point(compared, budget, tokens_per_param(first, budget)))
-        if compared.get("grid_edge"):
-            points[-1]["grid_edge"] = compared["grid_edge"]
+        points.append(curve_point(compared, budget, budget_tokens_per_param(first, budget)[0]))
     if not points:
         raise ConfigError(f"--budget-curve: no budget of {budgets} has a finished baseline of "
                           "its length (the committed line is left as it was)")

@@ -116,6 +116,14 @@ class Length:
     ``token_type_ids``) → that table's path: their embeddings are mean-pooled like the
     words'."""
 
+# The transition every measured recipe uses (docs/results/cpu-small-ablation.md): identity
+# blocks, all of the saved model's width detail, a fresh optimizer, noise 1e-3, no length
+# level. A recipe adds its width and depth factors.
+MEASURED_TRANSITION: dict[str, Any] = {
+    "scheme": "stride", "alpha": 0.0, "length": 1, "depth_mapping": "identity",
+    "optimizer": "reset", "noise": 0.001, "interpolation": "width"}
+
+
 @dataclass(frozen=True)
 class RecipePoint:
     """One measured best V-cycle, at one budget: what ``vcycle.recipe: auto`` chooses there

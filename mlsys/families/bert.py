@@ -1,15 +1,22 @@
 """BERT (post-LN): BertForMaskedLM, BertForPreTraining. nn.Linear weights are out × in."""
 
-from mlsys.families.base import ConfigFields, Family, Length, Recipe, RecipePoint, inp, out
+from mlsys.families.base import (
+    MEASURED_TRANSITION,
+    ConfigFields,
+    Family,
+    Length,
+    Recipe,
+    RecipePoint,
+    inp,
+    out,
+)
 
 _H = out("hidden")
 
 # Depth only (stacking; cpu-small at 2000 steps, one seed: its last phase cut to 1125 steps,
 # +20.4 % (a), +26.9 % (b)), at twice the baseline's lr (1e-3 against 5e-4; 2e-3 unstable).
 RECIPE = Recipe(
-    vcycle={"scheme": "stride", "alpha": 0.0, "width": 1, "depth": 2, "length": 1,
-            "depth_mapping": "identity", "optimizer": "reset", "noise": 0.001,
-            "interpolation": "width"},
+    vcycle={**MEASURED_TRANSITION, "width": 1, "depth": 2},
     points=(RecipePoint(3.05, first=0.05, small=0.50, last=0.5625, lr=2.0, small_lr=1.0,
                         source="docs/results/cpu-small-bert.md, depth-wsd-budget-s1125"),),
 )

@@ -1,15 +1,22 @@
 """GPT-2 (pre-LN): GPT2LMHeadModel. Conv1D weights are in × out; c_attn fuses q, k, v outputs."""
 
-from mlsys.families.base import ConfigFields, Family, Length, Recipe, RecipePoint, inp, out
+from mlsys.families.base import (
+    MEASURED_TRANSITION,
+    ConfigFields,
+    Family,
+    Length,
+    Recipe,
+    RecipePoint,
+    inp,
+    out,
+)
 
 _H = out("hidden")
 
 # Width and depth halved (cpu-budget-gpt at 2000 steps, 3 seeds: +14.8 % (a), +11.1 % (b)),
 # its best lr the baseline's (2e-3 both, grid 1e-3 ... 4e-3 bracketing it).
 RECIPE = Recipe(
-    vcycle={"scheme": "stride", "alpha": 0.0, "width": 2, "depth": 2, "length": 1,
-            "depth_mapping": "identity", "optimizer": "reset", "noise": 0.001,
-            "interpolation": "width"},
+    vcycle={**MEASURED_TRANSITION, "width": 2, "depth": 2},
     points=(RecipePoint(3.09, first=0.05, small=0.80, last=0.60, lr=1.0, small_lr=2.0,
                         source="docs/results/cpu-budget-gpt-gpt-b2000.md, gpt-ls-b2000"),),
 )

@@ -8,7 +8,15 @@ input (hidden) axis is summed on coalesce and averaged on de-coalesce; with the 
 averaged / duplicated, width de-coalescing is exactly function-preserving with no head scaling.
 """
 
-from mlsys.families.base import ConfigFields, Family, Recipe, RecipePoint, inp, out
+from mlsys.families.base import (
+    MEASURED_TRANSITION,
+    ConfigFields,
+    Family,
+    Recipe,
+    RecipePoint,
+    inp,
+    out,
+)
 
 _H = out("hidden")
 _ONE = out("one")  # the leading size-1 axes of the token / position parameters
@@ -69,9 +77,7 @@ def _embeddings(base: str, distillation: bool) -> dict:
 # Depth only (stacking; cpu-small at 2000 steps, one seed: its last phase cut to 1125 steps,
 # +18.0 % (a), +24.6 % (b)), at half the baseline's lr (2.5e-4 against 5e-4, bracketed).
 RECIPE = Recipe(
-    vcycle={"scheme": "stride", "alpha": 0.0, "width": 1, "depth": 2, "length": 1,
-            "depth_mapping": "identity", "optimizer": "reset", "noise": 0.001,
-            "interpolation": "width"},
+    vcycle={**MEASURED_TRANSITION, "width": 1, "depth": 2},
     points=(RecipePoint(0.669, first=0.05, small=0.50, last=0.5625, lr=0.5, small_lr=1.0,
                         source="docs/results/cpu-small-vit.md, depth-wsd-budget-s1125"),),
 )

@@ -14,6 +14,7 @@ from mlsys.bench.compare import (
     lower_envelope,
     summarize,
 )
+from mlsys.bench.lead import cycle_leads
 from mlsys.bench.profile import seed_of
 from mlsys.bench.seeds import seed_table
 from mlsys.train.metrics import read_metrics, save_figure
@@ -37,7 +38,9 @@ def compare(configs: dict[str, dict[str, Any]], window: int, budget: int | None 
     FLOPs to reach the target and the saving against the target baseline's own FLOPs to it
     (measure a); and ``frontier_flops``, the baseline FLOPs the frontier needs for this run's
     smoothed final loss, with ``saving_frontier = 1 - flops_total / frontier_flops``
-    (measure b; None where the run ends below the whole frontier). ``saving_frontier_last_eval``
+    (measure b; None where the run ends below the whole frontier); for a V-cycle,
+    ``phase_leads``: what each phase is worth against the constant-lr baselines before its
+    decay (``mlsys.bench.lead``; None without them). ``saving_frontier_last_eval``
     is measure b with every final loss taken from the last evaluation alone (the exported
     model's), frontier included. ``records``: each run's metrics records (default: read from
     its ``run_dir``; a committed result's for a run not on this machine).
@@ -71,6 +74,8 @@ def compare(configs: dict[str, dict[str, Any]], window: int, budget: int | None 
     # the same frontier from the last evaluation alone (a decayed run's exported model): the
     # trailing mean penalises a run whose loss still falls steeply at its end
     last_envelope = lower_envelope([(curves[n].flops[-1], curves[n].val[-1]) for n in finals])
+    trunks = [(curves[n].flops, curves[n].smoothed(window)) for n in finals
+              if configs[n].get("train", {}).get("decay") == "constant"]
     rows = []
     for n, cfg in configs.items():
         row = summarize(n, levels[n], records[n], target, base_to, window,
@@ -88,6 +93,8 @@ def compare(configs: dict[str, dict[str, Any]], window: int, budget: int | None 
         # below the whole frontier: the saving is at least this (negative: the run used more
         # FLOPs than the frontier's largest budget, so (b) says nothing)
         row["saving_frontier_at_least"] = 1.0 - row["flops_total"] / envelope[-1][0]
+        row["phase_leads"] = cycle_leads(cfg, records[n], trunks, window) \
+            if levels[n] > 1 else None
         rows.append(row)
     return {"target": best, "target_val_loss": target, "frontier": envelope,
             "frontier_last_eval": last_envelope,

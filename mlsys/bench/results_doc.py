@@ -55,6 +55,7 @@ def render(result: dict[str, Any], png_name: str, cmd: str) -> str:
               markdown(runs), "", "## The baseline frontier", "",
               "| FLOPs | smoothed final val loss |", "|---|---|"]
     lines += [f"| {f:.4g} | {v:.4f} |" for f, v in result["frontier"]]
+    lines += lead_section(cycles)
     chosen = [r for r in runs if r.get("chosen")]
     if chosen:
         lines += ["", "## Chosen by `vcycle.recipe: auto`", "",
@@ -64,6 +65,33 @@ def render(result: dict[str, Any], png_name: str, cmd: str) -> str:
     lines += ["", f"![{result['profile']} / {result['family']}: every run against the "
               f"baseline frontier]({png_name})", ""]
     return "\n".join(lines)
+
+
+def lead_section(cycles: list[dict[str, Any]]) -> list[str]:
+    """What each phase of each V-cycle is worth against the constant-lr baselines
+    (``mlsys.bench.lead``); nothing where no cycle has a constant stretch to compare."""
+    with_leads = [r for r in cycles if r.get("phase_leads")]
+    if not with_leads:
+        return []
+    lines = ["", "## What each phase is worth", "",
+             "Before its decay a V-cycle trains at a constant lr, as the constant baselines "
+             "(`decay: constant`) do: at each evaluation, the FLOPs the best of them needs to "
+             "reach the cycle's smoothed loss, minus the FLOPs the cycle spent, is how far "
+             "ahead it is (here as a share of the cycle's total FLOPs: what a cycle that went "
+             "on as fast as a baseline would keep). Most ahead: the peak and the step into the "
+             "phase where it was. Pace: baseline FLOPs gained per FLOP over the phase (1: as "
+             "fast as a baseline from the same loss). "
+             "[mlsys/bench/lead.py](../../mlsys/bench/lead.py) defines them.", "",
+             "| run | phase (level) | most ahead (at step) | ahead at its last evaluation "
+             "(step) | pace |", "|---|---|---|---|---|"]
+    for r in with_leads:
+        total = r["flops_total"]
+        for p in r["phase_leads"]:
+            pace = "–" if p["pace"] is None else f"{p['pace']:.2f}"
+            lines.append(f"| {r['name']} | {p['phase']} (L{p['level']}) | "
+                         f"{p['ahead_peak'] / total:+.1%} ({p['peak_step']}) | "
+                         f"{p['ahead_last'] / total:+.1%} ({p['last_step']}) | {pace} |")
+    return lines
 
 
 def seed_section(seeds: dict[str, Any], target: str) -> list[str]:

@@ -13,7 +13,9 @@ B (each re-warming over 1 % of B), at the baseline's lr times the point's ``lr``
 ``small_lr`` again). The budget is read as tokens per parameter, B × global_batch_size ×
 seq_length / ``parameters``; between the family's measured points every number is
 interpolated linearly in log(tokens per parameter), outside them the nearest point's are
-taken. The result says ``vcycle.recipe: chosen`` and, in ``vcycle.chosen``, what was chosen
+taken; from the geometric mean of the last point's budget and a ``no_saving`` budget (where
+the cycle was measured to cost more than the baseline) up, the baseline is kept as given, one
+level-1 phase. The result says ``vcycle.recipe: chosen`` and, in ``vcycle.chosen``, what was chosen
 and from which measurements, so it validates as itself (a run's ``run_config.json``).
 
 Pure functions on plain mappings (a validated ``RunConfig.model_dump()``); ``ValueError``
@@ -97,6 +99,15 @@ def point_at(recipe: Recipe, tokens_per_param: float) -> tuple[RecipePoint, str]
                    f"{b.tokens_per_param:g} tokens/param ({a.source}; {b.source})")
 
 
+def no_cycle_from(recipe: Recipe) -> float:
+    """The budget (tokens per parameter) from which ``auto`` keeps the baseline: the
+    geometric mean of the last measured point's and the ``no_saving`` budget (infinite
+    without one)."""
+    if recipe.no_saving is None:
+        return math.inf
+    return math.sqrt(recipe.points[-1].tokens_per_param * recipe.no_saving.tokens_per_param)
+
+
 def _check_given(data: dict[str, Any], recipe: Recipe, given: set[str]) -> None:
     """A field the recipe sets may only be given (``given``: dotted names the config sets)
     with the recipe's own value."""
@@ -129,6 +140,16 @@ def expand_recipe(data: dict[str, Any], given: set[str]) -> dict[str, Any]:
     d = data["data"]
     budget, lr, warmup = phases[0]["steps"], phases[0]["lr"], phases[0]["warmup"]
     per_param, n = budget_tokens_per_param(data, budget)
+    ns, start = family.recipe.no_saving, no_cycle_from(family.recipe)
+    if ns is not None and per_param >= start:
+        out = copy.deepcopy(data)
+        out["vcycle"] = {**out["vcycle"], "recipe": "chosen", "chosen": (
+            f"{family.name} at {per_param:.3g} tokens/param ({budget} steps x "
+            f"{data['train']['global_batch_size']} x {d['seq_length']} tokens, {n:,} "
+            f"parameters): no V-cycle, the baseline as given (from {start:.3g} tokens/param "
+            f"up; at {ns.tokens_per_param:g} the cycle was measured to cost more: "
+            f"{ns.measured}, {ns.source})")}
+        return out
     point, how = point_at(family.recipe, per_param)
     rewarm = max(1, round(WARMUP_FRACTION * budget))
     level1_lr = lr * point.lr

@@ -15,8 +15,8 @@ from launch.train import validate
 from mlsys.bench.profile import load_profile, run_configs
 from mlsys.config import ConfigError, load_run_config, parse_run_config
 from mlsys.families import get_family
-from mlsys.families.base import Recipe, RecipePoint
-from mlsys.recipe import parameters, point_at
+from mlsys.families.base import NoSaving, Recipe, RecipePoint
+from mlsys.recipe import budget_tokens_per_param, no_cycle_from, parameters, point_at
 
 ROOT = Path(__file__).resolve().parents[1]
 ZERO1 = str(ROOT / "configs/ds/zero1.json")
@@ -97,6 +97,31 @@ def test_the_chosen_config_validates_as_itself_and_resumes_as_written():
     cfg = load_run_config(ROOT / "configs/tiny-gpt-vcycle.yaml")
     assert [p.level for p in cfg.phases] == [1, 2, 1] and cfg.vcycle.recipe == "chosen"
     assert parse_run_config(cfg.model_dump()) == cfg
+
+
+def test_towards_a_budget_where_the_cycle_cost_more_auto_keeps_the_baseline():
+    """GPT-2's cycle saved at 3.09 tokens/param and cost more at 20.8: from their geometric
+    mean (8.02) up, ``auto`` trains the baseline as given (one phase, its own lr and warmup)
+    and says why; just below, the cycle of the nearest point."""
+    recipe = get_family("gpt").recipe
+    start = no_cycle_from(recipe)
+    assert start == pytest.approx((3.09 * 20.8) ** 0.5)
+    raw = yaml.safe_load((ROOT / "configs/tiny-gpt-vcycle.yaml").read_text())
+    per_step = budget_tokens_per_param(parse_run_config(raw, expand=False).model_dump(), 1)[0]
+    below, above = int(start / per_step), int(start / per_step) + 1
+    raw["phases"][0]["steps"] = below
+    assert [p.level for p in parse_run_config(raw).phases] == [1, 2, 1]
+    raw["phases"][0]["steps"] = above
+    cfg = parse_run_config(raw)
+    assert [p.model_dump() for p in cfg.phases] == \
+        [{**cfg.phases[0].model_dump(), "level": 1, "steps": above, "lr": 2.0e-3, "warmup": 20}]
+    assert cfg.vcycle.recipe == "chosen" and cfg.schedule.span == "phase"
+    assert "no V-cycle, the baseline as given" in cfg.vcycle.chosen
+    assert "gpt-ls-b13500-lr2e-3" in cfg.vcycle.chosen
+    assert parse_run_config(cfg.model_dump()) == cfg
+    point = RecipePoint(3.0, first=0.1, small=0.4, last=0.8, lr=1.0, small_lr=2.0, source="a")
+    with pytest.raises(ValueError, match="no_saving: its budget must be above"):
+        Recipe(vcycle={}, points=(point,), no_saving=NoSaving(3.0, measured="x", source="y"))
 
 
 def test_set_edits_the_budget_as_written(tmp_path):

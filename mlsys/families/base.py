@@ -150,21 +150,39 @@ class RecipePoint:
 
 
 @dataclass(frozen=True)
+class NoSaving:
+    """A budget, above every ``RecipePoint``, where the family's cycle was measured to cost
+    more than the baseline: from the geometric mean of it and the last point's budget up,
+    ``vcycle.recipe: auto`` keeps the baseline (``mlsys.recipe``)."""
+
+    tokens_per_param: float
+    """The budget it was measured at."""
+    measured: str
+    """What was measured there (the run and its saving)."""
+    source: str
+    """Where (a results page)."""
+
+
+@dataclass(frozen=True)
 class Recipe:
     """The family's measured best V-cycle as a rule of the budget (``vcycle.recipe: auto``):
     the cycle's shape, and its phase lengths and lrs at each measured budget; between two
     measured budgets every number is interpolated linearly in log(tokens per parameter),
-    outside them the nearest is taken."""
+    outside them the nearest is taken; towards a ``no_saving`` budget, no cycle at all."""
 
     vcycle: dict[str, Any]
     """The ``vcycle`` fields the recipe sets (its shape and transition)."""
     points: tuple[RecipePoint, ...]
     """The measured points, by increasing ``tokens_per_param`` (at least one)."""
+    no_saving: NoSaving | None = None
+    """Where the cycle was measured not to save (above every point), if anywhere."""
 
     def __post_init__(self) -> None:
         budgets = [p.tokens_per_param for p in self.points]
         if not budgets or budgets != sorted(set(budgets)):
             raise ValueError("points: give at least one, by strictly increasing tokens_per_param")
+        if self.no_saving is not None and self.no_saving.tokens_per_param <= budgets[-1]:
+            raise ValueError("no_saving: its budget must be above every point's")
 
 
 @dataclass(frozen=True)

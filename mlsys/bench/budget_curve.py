@@ -88,7 +88,7 @@ def plot_curves(curves: dict[str, Any], png: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True, sharex=True)
     for ax, (key, _, label) in zip(axes, MEASURES, strict=True):
         for line, points in curves.items():
             xs, ys, es = [], [], []

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlsys.bench.compare import Record, first_reach
+from mlsys.bench.compare import Record, eval_curve, first_reach
 from mlsys.train.schedule import decay_steps
 
 Trunk = tuple[list[float], list[float]]  # a constant trunk's (FLOPs, smoothed val loss)
@@ -63,21 +63,17 @@ def lead_rows(records: list[Record], trunks: list[Trunk], window: int,
     (within its phase), the trunk FLOPs to that loss and the lead."""
     evals = [r for r in records if r.get("event") == "eval" and r["step"] <= until]
     rows: list[dict[str, Any]] = []
-    seen: dict[int, list[float]] = {}
-    first: dict[int, int] = {}  # each phase's first evaluated step (without phase_step)
-    for e in evals:
-        vals = seen.setdefault(e["phase"], [])
-        first.setdefault(e["phase"], e["step"])
-        vals.append(float(e["val_loss"]))
-        part = vals[-window:]
-        loss = sum(part) / len(part)
-        need = trunk_flops(trunks, loss)
-        flops = float(e["flops"])
-        rows.append({"step": e["step"], "phase": e["phase"], "level": e["level"],
-                     "phase_step": e.get("phase_step", e["step"] - first[e["phase"]]),
-                     "index": len(vals) - 1, "flops": flops, "val_smoothed": loss,
-                     "trunk_flops": need,
-                     "lead": None if not need else 1.0 - flops / need})
+    for phase in sorted({e["phase"] for e in evals}):
+        group = [e for e in evals if e["phase"] == phase]
+        for index, (e, loss) in enumerate(zip(group, eval_curve(group).smoothed(window),
+                                              strict=True)):
+            need = trunk_flops(trunks, loss)
+            flops = float(e["flops"])
+            rows.append({"step": e["step"], "phase": phase, "level": e["level"],
+                         "phase_step": e.get("phase_step", e["step"] - group[0]["step"]),
+                         "index": index, "flops": flops, "val_smoothed": loss,
+                         "trunk_flops": need,
+                         "lead": None if not need else 1.0 - flops / need})
     return rows
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlsys.bench.lead import constant_until, cycle_leads, trunk_flops
+from mlsys.bench.lead import constant_until, cycle_leads, decay_kept, trunk_flops
 from mlsys.bench.report import compare
 
 # a constant trunk that loses 0.01 per FLOP: it needs 100 × (10 − loss) FLOPs for a loss
@@ -128,3 +128,37 @@ def test_the_report_gives_each_cycle_its_leads_against_the_constant_baselines_on
     no_trunk = compare({"wsd": wsd, "cycle": CYCLE_CFG}, 1,
                        records={"wsd": wsd_records, "cycle": _cycle()})
     assert {r["name"]: r["phase_leads"] for r in no_trunk["runs"]}["cycle"] is None
+
+
+def test_decay_kept_compares_the_lead_at_the_decay_with_the_frontier_at_the_end():
+    """The cycle is 15 trunk FLOPs ahead when its decay begins (step 280, ``_cycle``); the
+    frontier needs 350 FLOPs for a loss the cycle reaches with 320: 30 ahead at the end, twice
+    its lead; with a frontier at 327.5 it kept half."""
+    leads = cycle_leads(CYCLE_CFG, _cycle(), _trunks(), window=1)
+    assert leads[-1]["ahead_last"] == pytest.approx(15.0)
+    kept = decay_kept(leads, 350.0, 320.0)
+    assert kept == pytest.approx({"ahead_start": 15.0, "ahead_end": 30.0, "kept": 2.0})
+    assert decay_kept(leads, 327.5, 320.0)["kept"] == pytest.approx(0.5)
+    assert decay_kept(leads, 300.0, 320.0)["kept"] == pytest.approx(-20.0 / 15.0)  # behind
+    behind = [{**leads[-1], "ahead_last": -4.0}]
+    assert decay_kept(behind, 350.0, 320.0)["kept"] is None  # no lead to keep
+    assert decay_kept(leads, None, 320.0) is None and decay_kept(None, 350.0, 320.0) is None
+
+
+def test_the_report_gives_each_cycle_what_its_decay_kept():
+    wsd = {"train": {"decay": "wsd", "decay_fraction": 0.2},
+           "phases": [{"level": 1, "steps": 350, "lr": 1e-3}]}
+    # a WSD baseline 3 lower than the trunk: its frontier point (350 FLOPs, 3.5 + ...)
+    wsd_records = [{**r, "val_loss": r["val_loss"] - 3.0} for r in TRUNK if r["step"] <= 350]
+    wsd_records.append({"event": "end", "step": 350, "phase": 0, "level": 1, "flops": 350.0})
+    trunk_records = [*TRUNK, {"event": "end", "step": 1000, "phase": 0, "level": 1,
+                              "flops": 1000.0}]
+    configs = {"stable": TRUNK_CFG, "wsd": wsd, "cycle": CYCLE_CFG}
+    records = {"stable": trunk_records, "wsd": wsd_records, "cycle": _cycle(after_decay=5.0)}
+    rows = {r["name"]: r for r in compare(configs, 1, records=records)["runs"]}
+    cycle = rows["cycle"]
+    assert rows["stable"]["decay_kept"] is None and rows["wsd"]["decay_kept"] is None
+    assert cycle["decay_kept"] == decay_kept(cycle["phase_leads"], cycle["frontier_flops"],
+                                             cycle["flops_total"])
+    assert cycle["decay_kept"]["ahead_end"] == pytest.approx(
+        cycle["frontier_flops"] - cycle["flops_total"])

@@ -114,3 +114,20 @@ def cycle_leads(cfg: dict[str, Any], records: list[Record], trunks: list[Trunk],
     if (cfg.get("vcycle") or {}).get("length", 1) > 1:
         records = [r for r in records if r.get("event") != "eval" or r["level"] == 1]
     return phase_leads(lead_rows(records, trunks, window, until), window)
+
+
+def decay_kept(phase_leads: list[dict[str, Any]] | None, frontier_flops: float | None,
+               flops_total: float) -> dict[str, Any] | None:
+    """What the final decay made of a cycle's lead. ``ahead_start``: how far ahead of the
+    constant trunks the cycle was when its decay began (its last phase's ``ahead_last``);
+    ``ahead_end``: how far ahead of the decayed frontier it ends (the frontier's FLOPs to its
+    final loss minus its own: measure (b) in FLOPs); ``kept``: end / start, None unless it was
+    ahead at the start. A trunk's decay turns its constant-lr loss into the frontier's, so a
+    cycle whose decay gains what a trunk's gains from the same loss keeps about all of its
+    lead (kept ≈ 1). None without phase leads or a frontier value."""
+    if not phase_leads or frontier_flops is None:
+        return None
+    start = phase_leads[-1]["ahead_last"]
+    end = frontier_flops - flops_total
+    return {"ahead_start": start, "ahead_end": end,
+            "kept": end / start if start > 0 else None}

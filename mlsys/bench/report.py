@@ -14,7 +14,7 @@ from mlsys.bench.compare import (
     lower_envelope,
     summarize,
 )
-from mlsys.bench.lead import cycle_leads
+from mlsys.bench.lead import cycle_leads, decay_kept
 from mlsys.bench.profile import seed_of
 from mlsys.bench.seeds import seed_table
 from mlsys.train.metrics import read_metrics, save_figure
@@ -95,6 +95,8 @@ def compare(configs: dict[str, dict[str, Any]], window: int, budget: int | None 
         row["saving_frontier_at_least"] = 1.0 - row["flops_total"] / envelope[-1][0]
         row["phase_leads"] = cycle_leads(cfg, records[n], trunks, window) \
             if levels[n] > 1 else None
+        row["decay_kept"] = decay_kept(row["phase_leads"], row["frontier_flops"],
+                                       row["flops_total"])
         rows.append(row)
     return {"target": best, "target_val_loss": target, "frontier": envelope,
             "frontier_last_eval": last_envelope,

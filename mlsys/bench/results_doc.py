@@ -91,6 +91,20 @@ def lead_section(cycles: list[dict[str, Any]]) -> list[str]:
             lines.append(f"| {r['name']} | {p['phase']} (L{p['level']}) | "
                          f"{p['ahead_peak'] / total:+.1%} ({p['peak_step']}) | "
                          f"{p['ahead_last'] / total:+.1%} ({p['last_step']}) | {pace} |")
+    kept = [r for r in with_leads if r.get("decay_kept")]
+    if kept:
+        lines += ["", "What the final decay made of the lead: ahead of the constant baselines "
+                  "when the decay began, and ahead of the decayed frontier at the end "
+                  "(measure (b), in FLOPs), both as a share of the cycle's FLOPs. A decay that "
+                  "gains what a baseline's gains from the same loss keeps about all of the "
+                  "lead (kept ≈ 100 %).", "",
+                  "| run | ahead when its decay began | ahead at its end | kept |",
+                  "|---|---|---|---|"]
+        for r in kept:
+            d, total = r["decay_kept"], r["flops_total"]
+            share = "–" if d["kept"] is None else f"{d['kept']:.0%}"
+            lines.append(f"| {r['name']} | {d['ahead_start'] / total:+.1%} | "
+                         f"{d['ahead_end'] / total:+.1%} | {share} |")
     return lines
 
 

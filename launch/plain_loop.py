@@ -24,11 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before deepspeed is imported
     from mlsys.atomic import write_json
     from mlsys.bench.plain_loop import plain_loop_seconds
-    from mlsys.distributed.process import rank
+    from mlsys.distributed.process import end_process_group, rank
 
     seconds = plain_loop_seconds(args.config, args.ds_config, args.steps)
     if rank() == 0:
         write_json(args.out, {"seconds": seconds})
+    end_process_group()
     return 0
 
 

@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     import deepspeed
 
     from mlsys.distributed.preempt import Interrupted, StopFlag
+    from mlsys.distributed.process import end_process_group
     from mlsys.distributed.spawn import free_port
     from mlsys.train.checkpoint import CheckpointError
     from mlsys.train.controller import run_training
@@ -131,7 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted as err:
         print(f"{cfg.name}: {err} before training started; nothing to save", file=sys.stderr,
               flush=True)
+        end_process_group()
         return 0
+    end_process_group()  # on the paths every rank reaches: a rank that failed alone leaves it
+    # (destroying a gloo group can wait on a peer still inside a collective)
     if int(os.environ["RANK"]) == 0:
         print(f"{cfg.name}: {result['status']}" + (
             f", val loss {result['val_loss']:.4f}, final model in {result['final_dir']}"

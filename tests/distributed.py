@@ -36,13 +36,8 @@ def launch(script: str | Path, *args: str, ranks: int = 2, timeout: float = 600,
 
 
 def destroy_group() -> None:
-    """End an in-process group as DeepSpeed expects: through ``deepspeed.comm`` when DeepSpeed
-    has used it (it then also drops the groups it cached on it: a later test's engine would
-    otherwise reach a destroyed group), else through torch.distributed."""
-    import deepspeed.comm.comm as ds_comm
-    import torch.distributed as dist
+    """End an in-process group (``mlsys.distributed.process.end_process_group``): a later
+    test's engine would otherwise reach a destroyed group DeepSpeed cached."""
+    from mlsys.distributed.process import end_process_group
 
-    if ds_comm.cdb is not None and ds_comm.cdb.is_initialized():
-        ds_comm.destroy_process_group()
-    elif dist.is_initialized():
-        dist.destroy_process_group()
+    end_process_group()

@@ -50,3 +50,20 @@ def any_rank(flag: bool) -> bool:
     value = torch.tensor([1.0 if flag else 0.0])
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
+
+
+def end_process_group() -> None:
+    """Destroy this process's group, if it has one (every rank calls it once its collectives
+    are done, before the process exits). A gloo group left to interpreter teardown can abort the
+    process ("terminate called without an active exception", pytorch/pytorch#190489): an
+    exit code of -6 after a run that finished. Through ``deepspeed.comm`` when DeepSpeed has
+    used it, which also drops the groups it cached."""
+    if not initialized():
+        return
+    import sys
+
+    ds_comm = sys.modules.get("deepspeed.comm.comm")
+    if ds_comm is not None and ds_comm.cdb is not None and ds_comm.cdb.is_initialized():
+        ds_comm.destroy_process_group()
+    if initialized():
+        dist.destroy_process_group()

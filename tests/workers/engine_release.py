@@ -15,6 +15,7 @@ import deepspeed
 import torch
 from transformers.integrations import HfDeepSpeedConfig
 
+from mlsys.distributed.process import end_process_group
 from mlsys.train.engine import destroy_engine
 from tests.tiny_models import inputs, make
 
@@ -51,6 +52,7 @@ def main(out: str) -> None:
         with open(out, "w") as f:
             json.dump({"alive_plain": alive_plain,
                        "alive_ours": sum(r() is not None for r in ours)}, f)
+    end_process_group()
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from deepspeed.utils import safe_get_full_fp32_param
 from transformers.integrations import HfDeepSpeedConfig
 from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
+from mlsys.distributed.process import end_process_group
 from mlsys.distributed.zero import full_shape, model_is_partitioned
 from mlsys.operators import coalesce, decoalesce, interpolate
 from mlsys.vcycle.optimizer_state import DeepSpeedAdamState, TorchAdamState, map_adam_state
@@ -163,6 +164,7 @@ def main(out_path: str) -> None:
     if torch.distributed.get_rank() == 0:
         with open(out_path, "w") as f:
             json.dump({"checks": checks}, f, indent=1)
+    end_process_group()
 
 
 if __name__ == "__main__":

@@ -6,14 +6,16 @@ A run config that asks for it gives one level-1 phase, the baseline the cycle re
     phases: [{level: 1, steps: 2000, lr: 2.0e-3, warmup: 50}]   # the budget B, its lr
 
 ``expand_recipe`` turns that into the cycle the family's ``Recipe`` (``mlsys/families/``)
-gives at this budget: its ``vcycle`` fields, ``schedule.span: run`` (one schedule over the
-whole cycle, ``train.decay`` as the config says), and three phases, level 1 for
-``first`` × B steps (the baseline's warmup), level 2 for ``small`` × B, level 1 for ``last`` ×
-B (each re-warming over 1 % of B), at the baseline's lr times the point's ``lr`` (level 2 times
-``small_lr`` again). The budget is read as tokens per parameter, B × global_batch_size ×
-seq_length / ``parameters``; between the family's measured points every number is
-interpolated linearly in log(tokens per parameter), outside them the nearest point's are
-taken; from the geometric mean of the last point's budget and a ``no_saving`` budget (where
+gives at this budget: its ``vcycle`` fields and the point's ``shape``, ``schedule.span: run``
+(one schedule over the whole cycle, ``train.decay`` as the config says), and three phases,
+level 1 for ``first`` × B steps (the baseline's warmup), level 2 for ``small`` × B, level 1 for
+``last`` × B (each re-warming over ``rewarm`` × B), at the baseline's lr times the point's
+``lr`` (level 2 times ``small_lr`` again). The budget is read as tokens per parameter, B ×
+global_batch_size × seq_length / ``parameters``; between two measured points of the same
+shape every number is interpolated linearly in log(tokens per parameter), between two of
+different shapes (a cycle with a length level above one without) the point nearer in log
+budget is taken whole, outside them the nearest point is taken; from the geometric mean of
+the last point's budget and a ``no_saving`` budget (where
 the cycle was measured to cost more than the baseline) up, the baseline is kept as given, one
 level-1 phase. The result says ``vcycle.recipe: chosen`` and, in ``vcycle.chosen``, what was chosen
 and from which measurements, so it validates as itself (a run's ``run_config.json``).
@@ -30,8 +32,6 @@ from typing import Any
 
 from mlsys.families import get_family
 from mlsys.families.base import Family, Recipe, RecipePoint
-
-WARMUP_FRACTION = 0.01  # re-warmup of the level-2 and last phases, as a fraction of B
 
 
 def vocabulary(data: dict[str, Any]) -> int:
@@ -92,9 +92,16 @@ def point_at(recipe: Recipe, tokens_per_param: float) -> tuple[RecipePoint, str]
     a, b = recipe.points[i - 1], recipe.points[i]
     t = (math.log(tokens_per_param) - math.log(a.tokens_per_param)) / \
         (math.log(b.tokens_per_param) - math.log(a.tokens_per_param))
-    mixed = RecipePoint(tokens_per_param, *(_mix(getattr(a, k), getattr(b, k), t) for k in
-                                            ("first", "small", "last", "lr", "small_lr")),
-                        source=f"{a.source}; {b.source}")
+    if a.shape != b.shape:  # two cycles, not one to interpolate: the nearer, whole
+        p, other = (a, b) if t < 0.5 else (b, a)
+        return p, (f"the point measured at {p.tokens_per_param:g} tokens/param ({p.source}), "
+                   f"nearer in log budget than the one at {other.tokens_per_param:g}, whose "
+                   "cycle has another shape")
+    numbers = ("first", "small", "last", "lr", "small_lr")
+    mixed = RecipePoint(tokens_per_param, *(_mix(getattr(a, k), getattr(b, k), t)
+                                            for k in numbers),
+                        source=f"{a.source}; {b.source}", rewarm=_mix(a.rewarm, b.rewarm, t),
+                        shape=a.shape)
     return mixed, (f"interpolated between the points measured at {a.tokens_per_param:g} and "
                    f"{b.tokens_per_param:g} tokens/param ({a.source}; {b.source})")
 
@@ -108,10 +115,10 @@ def no_cycle_from(recipe: Recipe) -> float:
     return math.sqrt(recipe.points[-1].tokens_per_param * recipe.no_saving.tokens_per_param)
 
 
-def _check_given(data: dict[str, Any], recipe: Recipe, given: set[str]) -> None:
-    """A field the recipe sets may only be given (``given``: dotted names the config sets)
-    with the recipe's own value."""
-    for key, value in [*(("vcycle." + k, v) for k, v in recipe.vcycle.items()),
+def _check_given(data: dict[str, Any], vcycle: dict[str, Any], given: set[str]) -> None:
+    """A field the recipe sets (``vcycle``: its fields at the chosen point) may only be given
+    (``given``: dotted names the config sets) with the recipe's own value."""
+    for key, value in [*(("vcycle." + k, v) for k, v in vcycle.items()),
                        ("schedule.span", "run")]:
         section, field = key.split(".")
         if key in given and data[section][field] != value:
@@ -136,12 +143,12 @@ def expand_recipe(data: dict[str, Any], given: set[str]) -> dict[str, Any]:
         got = ", ".join(f"level {p['level']}" for p in phases)
         raise ValueError("phases: vcycle.recipe: auto takes one level-1 phase, the baseline "
                          f"the cycle replaces (its steps are the budget); got {got}")
-    _check_given(data, family.recipe, given)
     d = data["data"]
     budget, lr, warmup = phases[0]["steps"], phases[0]["lr"], phases[0]["warmup"]
     per_param, n = budget_tokens_per_param(data, budget)
     ns, start = family.recipe.no_saving, no_cycle_from(family.recipe)
     if ns is not None and per_param >= start:
+        _check_given(data, family.recipe.vcycle, given)
         out = copy.deepcopy(data)
         out["vcycle"] = {**out["vcycle"], "recipe": "chosen", "chosen": (
             f"{family.name} at {per_param:.3g} tokens/param ({budget} steps x "
@@ -151,11 +158,13 @@ def expand_recipe(data: dict[str, Any], given: set[str]) -> dict[str, Any]:
             f"{ns.measured}, {ns.source})")}
         return out
     point, how = point_at(family.recipe, per_param)
-    rewarm = max(1, round(WARMUP_FRACTION * budget))
+    vcycle = {**family.recipe.vcycle, **point.shape}
+    _check_given(data, vcycle, given)
+    rewarm = max(1, round(point.rewarm * budget))
     level1_lr = lr * point.lr
     steps = [max(1, round(f * budget)) for f in (point.first, point.small, point.last)]
     out = copy.deepcopy(data)
-    out["vcycle"] = {**out["vcycle"], **family.recipe.vcycle, "recipe": "chosen"}
+    out["vcycle"] = {**out["vcycle"], **vcycle, "recipe": "chosen"}
     out["schedule"] = {**out.get("schedule", {}), "span": "run"}
     out["phases"] = [
         {"level": 1, "steps": steps[0], "lr": level1_lr, "warmup": min(warmup, steps[0])},
@@ -165,8 +174,16 @@ def expand_recipe(data: dict[str, Any], given: set[str]) -> dict[str, Any]:
     out["vcycle"]["chosen"] = (
         f"{family.name} at {per_param:.3g} tokens/param ({budget} steps x "
         f"{data['train']['global_batch_size']} x {d['seq_length']} tokens, {n:,} parameters): "
+        f"level 2 {_shape_words(vcycle)}, "
         f"levels 1/2/1 for {steps[0]}/{steps[1]}/{steps[2]} steps "
         f"({point.first:.4g}/{point.small:.4g}/{point.last:.4g} of the budget), level-1 lr "
         f"{point.lr:.3g}x the baseline's {lr:g}, level 2 at {point.small_lr:.3g}x that; "
         f"from {how}")
     return out
+
+
+def _shape_words(vcycle: dict[str, Any]) -> str:
+    """What level 2 coalesces, in words (``with width / 2, depth / 2, length / 2``)."""
+    factors = {k: vcycle.get(k, 1) for k in ("width", "depth", "length")}
+    parts = [f"{k} / {f:g}" for k, f in factors.items() if f != 1]
+    return "with " + ", ".join(parts) if parts else "as level 1"

@@ -93,6 +93,49 @@ def test_between_two_points_every_number_is_interpolated_in_log_budget():
         Recipe(vcycle={}, points=(b, a))
 
 
+def test_between_points_of_different_shapes_the_nearer_is_taken_whole():
+    """A cycle with a length level and one without are two cycles: no number is mixed
+    across them; the point nearer in log budget is taken, shape, numbers and warmup."""
+    a = RecipePoint(1.0, first=0.1, small=0.4, last=0.8, lr=1.0, small_lr=2.0, source="a")
+    b = RecipePoint(100.0, first=0.3, small=0.8, last=0.4, lr=0.5, small_lr=1.0, source="b",
+                    rewarm=0.002, shape={"length": 2})
+    recipe = Recipe(vcycle={"width": 2}, points=(a, b))
+    assert point_at(recipe, 9.9)[0] is a and point_at(recipe, 10.1)[0] is b
+    assert "another shape" in point_at(recipe, 9.9)[1]
+    c = RecipePoint(1000.0, first=0.1, small=0.2, last=0.9, lr=1.0, small_lr=1.0, source="c",
+                    rewarm=0.004, shape={"length": 2})
+    mid, how = point_at(Recipe(vcycle={"width": 2}, points=(a, b, c)), 10 ** 2.5)
+    assert (mid.first, mid.small, mid.rewarm) == pytest.approx((0.2, 0.5, 0.003))
+    assert mid.shape == {"length": 2}
+    assert "interpolated" in how
+
+
+def test_a_points_shape_and_warmup_reach_the_chosen_config(monkeypatch):
+    """At a point with a ``shape``, ``auto`` writes it into ``vcycle`` beside the recipe's
+    own fields, re-warms over the point's ``rewarm`` × B and says what level 2 coalesces;
+    giving a field the point sets with another value is refused, naming it."""
+    import dataclasses
+
+    import mlsys.recipe
+
+    gpt = get_family("gpt")
+    point = RecipePoint(gpt.recipe.points[0].tokens_per_param, first=0.05, small=0.5,
+                        last=0.75, lr=1.0, small_lr=1.0, source="p", rewarm=0.004,
+                        shape={"length": 2})
+    family = dataclasses.replace(gpt, recipe=Recipe(vcycle=gpt.recipe.vcycle, points=(point,)))
+    monkeypatch.setattr(mlsys.recipe, "get_family", lambda name: family)
+    raw = yaml.safe_load((ROOT / "configs/tiny-gpt-vcycle.yaml").read_text())
+    raw["phases"][0]["steps"] = 5000
+    cfg = parse_run_config(raw)
+    assert [(p.level, p.steps, p.warmup) for p in cfg.phases] == \
+        [(1, 250, raw["phases"][0]["warmup"]), (2, 2500, 20), (1, 3750, 20)]
+    assert (cfg.vcycle.width, cfg.vcycle.depth, cfg.vcycle.length) == (2, 2, 2)
+    assert "level 2 with width / 2, depth / 2, length / 2" in cfg.vcycle.chosen
+    raw["vcycle"]["length"] = 1
+    with pytest.raises(ValueError, match="vcycle.length: 1, but vcycle.recipe: auto sets it to 2"):
+        parse_run_config(raw)
+
+
 def test_the_chosen_config_validates_as_itself_and_resumes_as_written():
     cfg = load_run_config(ROOT / "configs/tiny-gpt-vcycle.yaml")
     assert [p.level for p in cfg.phases] == [1, 2, 1] and cfg.vcycle.recipe == "chosen"

@@ -147,6 +147,12 @@ class RecipePoint:
     """Level 2's lr as a multiple of the cycle's level-1 lr."""
     source: str
     """Where it was measured (a results page)."""
+    rewarm: float = 0.01
+    """The level-2 and last phases' warmup, as a fraction of B."""
+    shape: dict[str, Any] = field(default_factory=dict)
+    """The ``vcycle`` fields this point sets beyond (or instead of) the recipe's own: its
+    cycle's shape where it differs (``{"length": 2}``). Numbers are interpolated only between
+    two points of the same shape."""
 
 
 @dataclass(frozen=True)
@@ -167,11 +173,13 @@ class NoSaving:
 class Recipe:
     """The family's measured best V-cycle as a rule of the budget (``vcycle.recipe: auto``):
     the cycle's shape, and its phase lengths and lrs at each measured budget; between two
-    measured budgets every number is interpolated linearly in log(tokens per parameter),
+    measured budgets every number is interpolated linearly in log(tokens per parameter)
+    (between two points of different shapes the nearer in log budget is taken whole),
     outside them the nearest is taken; towards a ``no_saving`` budget, no cycle at all."""
 
     vcycle: dict[str, Any]
-    """The ``vcycle`` fields the recipe sets (its shape and transition)."""
+    """The ``vcycle`` fields the recipe sets (its shape and transition; a point's ``shape``
+    adds to them)."""
     points: tuple[RecipePoint, ...]
     """The measured points, by increasing ``tokens_per_param`` (at least one)."""
     no_saving: NoSaving | None = None

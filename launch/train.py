@@ -119,29 +119,29 @@ def main(argv: list[str] | None = None) -> int:
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     resume: bool | str = True if args.resume else (False if args.fresh else "auto")
+    code = 0
     try:
         deepspeed.init_distributed(dist_backend=backend)
         result = run_training(cfg, ds, resume=resume, stop=stop, progress=not args.no_progress,
                               accept_changes=tuple(args.accept_change))
     except (ConfigError, RunDirError) as err:  # refused before anything was changed
         print(f"{cfg.name}: error: {err}", file=sys.stderr, flush=True)
-        return 2
+        code = 2
     except (NonFiniteError, CheckpointError) as err:  # a clear message, no traceback
         print(f"{cfg.name}: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
-        return 3
+        code = 3
     except Interrupted as err:
         print(f"{cfg.name}: {err} before training started; nothing to save", file=sys.stderr,
               flush=True)
-        end_process_group()
-        return 0
-    end_process_group()  # on the paths every rank reaches: a rank that failed alone leaves it
-    # (destroying a gloo group can wait on a peer still inside a collective)
-    if int(os.environ["RANK"]) == 0:
-        print(f"{cfg.name}: {result['status']}" + (
-            f", val loss {result['val_loss']:.4f}, final model in {result['final_dir']}"
-            if result["status"] == "done" and result.get("val_loss") is not None else ""),
-            flush=True)
-    return 0
+    else:
+        if int(os.environ["RANK"]) == 0:
+            print(f"{cfg.name}: {result['status']}" + (
+                f", val loss {result['val_loss']:.4f}, final model in {result['final_dir']}"
+                if result["status"] == "done" and result.get("val_loss") is not None else ""),
+                flush=True)
+    if code == 0 or backend == "gloo":  # gloo's is local; NCCL's can wait on a peer that is
+        end_process_group()             # still inside a collective, after a failure of its own
+    return code
 
 
 if __name__ == "__main__":

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import json
 
-from mlsys.bench.budget_curve import _value, curve_point, markdown_curves, update_curves
+from mlsys.bench.budget_curve import (
+    _partial,
+    _value,
+    curve_point,
+    markdown_curves,
+    update_curves,
+)
 
 
 def _row(name: str, levels: int, flops: float, a: float | None, b: float | None) -> dict:
@@ -40,6 +46,20 @@ def test_a_budget_takes_its_own_cycles_and_the_best_of_each_measure():
     assert _value(p["saving_flops"]) == (0.13, 0.0)
     full = {**p["saving_flops"], "spread": {"n": 3, "mean": 0.12, "std": 0.02}}
     assert _value(full) == (0.12, 0.02)
+    assert _partial(p["saving_flops"]) and not _partial(full)
+    assert not _partial(p["saving_frontier"])  # a single run
+
+
+def test_a_value_at_one_seed_of_three_is_said_as_such():
+    """The own seed reached the target, the two others did not: no mean, and the table says
+    how many seeds have a value."""
+    seeds = {**COMPARED["seeds"], "runs": [{**COMPARED["seeds"]["runs"][0],
+                                             "spread_flops": {"n": 1, "mean": 0.13,
+                                                              "std": None}}]}
+    p = curve_point({**COMPARED, "seeds": seeds}, 2000, 3.09)
+    assert "+13.0 % (`cycle-b2000-x`; a value at 1 of 3 seeds, does not count)" in \
+        markdown_curves({"l": [p]})
+    assert _partial(p["saving_flops"]) and _value(p["saving_flops"]) == (0.13, 0.0)
 
 
 def test_a_budget_with_no_cycle_of_its_own_says_so():

@@ -69,6 +69,13 @@ def update_curves(path: Path, line: str, points: list[dict[str, Any]]) -> dict[s
     return curves
 
 
+def _partial(m: dict[str, Any] | None) -> bool:
+    """True where the run has seed variants and not every seed has a value (plotted
+    hollow: the value shown is the own seed's)."""
+    s = (m or {}).get("spread")
+    return bool(s) and s["n"] < m.get("seeds", s["n"])
+
+
 def _value(m: dict[str, Any] | None) -> tuple[float | None, float]:
     """(the mean over seeds where every seed has a value, else the run's own; the sd or 0):
     a mean over the seeds that reached the target alone would flatter the saving."""
@@ -91,17 +98,23 @@ def plot_curves(curves: dict[str, Any], png: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True, sharex=True)
     for ax, (key, _, label) in zip(axes, MEASURES, strict=True):
         for line, points in curves.items():
-            xs, ys, es = [], [], []
+            xs, ys, es, hollow = [], [], [], []
             for p in points:
                 y, e = _value(p[key])
                 if y is not None:
                     xs.append(p["tokens_per_param"]), ys.append(100 * y), es.append(100 * e)
+                    hollow.append(_partial(p[key]))
             if xs:
-                ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=line)
+                bar = ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=line)
+                open_xy = [(x, y) for x, y, h in zip(xs, ys, hollow, strict=True) if h]
+                if open_xy:  # not every seed has a value: a ring over the marker
+                    ax.scatter(*zip(*open_xy, strict=True), s=90, facecolors="white",
+                               edgecolors=bar[0].get_color(), zorder=3)
         ax.axhline(0.0, color="grey", lw=0.8)
         ax.set_xscale("log")
         ax.set_xlabel("budget: tokens per parameter")
-        ax.set_title(f"saved {label}")
+        ax.set_title(f"saved {label}\n(hollow: not every seed has a value; the own seed's)",
+                     fontsize=10)
     axes[0].set_ylabel("FLOPs saved by the best V-cycle (%)")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
@@ -115,10 +128,14 @@ def markdown_curves(curves: dict[str, Any]) -> str:
         if m is None:
             return "not reached" if p["cycles"] else "no V-cycle run yet"
         s = m.get("spread")
-        seeds = (f"; {100 * s['mean']:+.1f} % ± {100 * (s['std'] or 0):.1f} over the "
-                 f"{s['n']} of {m.get('seeds', s['n'])} seeds with a value"
-                 f"{', counts' if m['counts'] else ', does not count'}"
-                 if s and s["n"] >= 2 and s["mean"] is not None else "")
+        if s and s["n"] >= 2 and s["mean"] is not None:
+            seeds = (f"; {100 * s['mean']:+.1f} % ± {100 * (s['std'] or 0):.1f} over the "
+                     f"{s['n']} of {m.get('seeds', s['n'])} seeds with a value"
+                     f"{', counts' if m['counts'] else ', does not count'}")
+        elif s:  # seed variants, but at most this one seed has a value
+            seeds = f"; a value at {s['n']} of {m.get('seeds', s['n'])} seeds, does not count"
+        else:
+            seeds = ""
         return f"{100 * m['value']:+.1f} % (`{m['run']}`{seeds})"
 
     lines = ["| line | budget (steps) | tokens/param | target | (a) best | (b) best |",

@@ -19,8 +19,9 @@ _H = out("hidden")
 # same shape and a shorter small phase cost 17 % more than the frontier, at 13500 32 %: the
 # small phase gains a fixed amount, and the de-coalesced model learns at 0.5-0.9 of a
 # baseline's pace after it (docs/budget-plan.md section 11). Width, depth and length halved
-# with level 2 at 1x saved 14-16 % at 10 and 20.8 tokens/param, one seed each (section 12):
-# not shipped until its seeds are in.
+# with level 2 at 1x saved 14-16 % at 10 and 20.8 tokens/param at the own seed (section 12),
+# but at 10 over 3 seeds it reached the paired target at 1 of 3 ((b) +10.7 % +- 5.7, section
+# 13): not shipped. A point of its own shape is one RecipePoint(..., shape={"length": 2}).
 RECIPE = Recipe(
     vcycle={**MEASURED_TRANSITION, "width": 2, "depth": 2},
     points=(RecipePoint(3.09, first=0.05, small=0.80, last=0.60, lr=1.0, small_lr=2.0,

@@ -33,11 +33,3 @@ def launch(script: str | Path, *args: str, ranks: int = 2, timeout: float = 600,
         raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n"
                              f"{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}")
     return proc
-
-
-def destroy_group() -> None:
-    """End an in-process group (``mlsys.distributed.process.end_process_group``): a later
-    test's engine would otherwise reach a destroyed group DeepSpeed cached."""
-    from mlsys.distributed.process import end_process_group
-
-    end_process_group()

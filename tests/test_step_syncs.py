@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from mlsys.distributed.process import end_process_group
 from mlsys.train.metrics import read_metrics
-from tests.distributed import destroy_group
 from tests.tiny_models import make
 from tests.tiny_run import REPO, run_config, start, train, write_yaml
 
@@ -34,7 +34,7 @@ def one_rank_group():
                       WORLD_SIZE="1", LOCAL_RANK="0")
     dist.init_process_group("gloo", rank=0, world_size=1)
     yield
-    destroy_group()
+    end_process_group()
     for key in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
         os.environ.pop(key, None)
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from mlsys.config import ConfigError, ModelConfig, VCycleConfig, parse_run_config
+from mlsys.distributed.process import end_process_group
 from mlsys.models import build_model, hf_config, level_config
-from tests.distributed import destroy_group
 from tests.test_config import GOOD
 from tests.tiny_run import REPO, run_config, write_yaml
 
@@ -33,7 +33,7 @@ def one_rank_group():
                       WORLD_SIZE="1", LOCAL_RANK="0")
     deepspeed.init_distributed(dist_backend="gloo")
     yield
-    destroy_group()
+    end_process_group()
     for key in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
         os.environ.pop(key, None)
 

@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rerun-sources", action="store_true",
                    help="retrain a fork source that has only a committed result (no "
                         "checkpoints here) before its forks, instead of stopping")
+    p.add_argument("--stop-trunks", action="store_true",
+                   help="a selected run that other selected runs fork from is trained only until "
+                        "they have all branched, then stopped with a checkpoint (it resumes if "
+                        "started again; needs --jobs 2)")
     p.add_argument("--budget", type=int, default=None,
                    help="take the target at this many level-1 steps instead of the profile's "
                         "budget (its results page gets the suffix -b<steps>)")
@@ -85,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             benchmark(args.profile, args.family, Path(args.out), ROOT, args.runs, args.scale,
                       args.analyse_only, args.jobs,
                       Path(args.results) if args.results else None, args.rerun_sources,
-                      budget=args.budget)
+                      budget=args.budget, stop_trunks=args.stop_trunks)
     except (ConfigError, RuntimeError) as err:
         print(f"benchmark: {err}", file=sys.stderr)
         return 2

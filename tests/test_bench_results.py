@@ -339,3 +339,29 @@ def test_a_trunk_run_only_for_its_seed_forks_stops_once_they_branched(
                                           "--jobs 2"):
         runner.train_all(again, profile.ds_config, 1, tmp_path / "fresh", root, jobs=1,
                          results=results, skip=committed, sources_only={"stable-seed7"})
+
+
+def test_stop_trunks_stops_each_chosen_trunk_once_its_chosen_forks_branched(tmp_path,
+                                                                            monkeypatch):
+    """``--stop-trunks``: the trunks among the chosen runs (a chosen run forks from them) are
+    handed to the scheduler as runs to stop once their forks have branched; a trunk whose
+    forks are not chosen is not one, and without the flag only seed trunks are."""
+    assert runner.trunks_of({"a": {}, "a-d": {"fork": {"from": "a"}},
+                             "b-d": {"fork": {"from": "b"}}}) == {"a"}
+    root = tmp_path / "repo"
+    _profile(root, {"tokenizer_dir": "tok", "data_prefix": "data"}, steps=20000, wsd_steps=400)
+    handed = []
+
+    class Handed(Exception):
+        pass
+
+    def train_all(*args, **kwargs):
+        handed.append(args[-1])
+        raise Handed
+
+    monkeypatch.setattr(runner, "train_all", train_all)
+    for flag in (True, False):
+        with pytest.raises(Handed):
+            runner.benchmark("tiny", "gpt", tmp_path / "out", root, ["stable", "wsd"], jobs=2,
+                             results_dir=tmp_path / "results", stop_trunks=flag)
+    assert handed == [{"stable"}, set()]

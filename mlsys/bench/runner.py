@@ -291,6 +291,12 @@ def sources_only(profile: Profile, runs: dict[str, dict[str, Any]]) -> set[str]:
     return {n for n in runs if seed_of(n) is not None and without_seed(n) not in named}
 
 
+def trunks_of(runs: dict[str, dict[str, Any]]) -> set[str]:
+    """The runs among ``runs`` that another of ``runs`` forks from (``--stop-trunks``: each is
+    trained only as far as its selected forks need, then stopped with a checkpoint)."""
+    return {c["fork"]["from"] for c in runs.values() if "fork" in c} & set(runs)
+
+
 def select_runs(configs: dict[str, dict[str, Any]], runs: list[str]
                 ) -> dict[str, dict[str, Any]]:
     """The configs named by ``runs``: a run's full name (``wsd-lr2e-3-s500``) or a profile
@@ -351,12 +357,14 @@ def finished_records(configs: dict[str, dict[str, Any]], results: Results
 def benchmark(profile_name: str, family: str, out: Path, root: Path, runs: list[str] | None,
               scale: float = 1.0, analyse_only: bool = False, jobs: int = 1,
               results_dir: Path | None = None, rerun_sources: bool = False,
-              budget: int | None = None, docs_dir: Path | None = None) -> dict[str, Any]:
+              budget: int | None = None, docs_dir: Path | None = None,
+              stop_trunks: bool = False) -> dict[str, Any]:
     """Train the profile's runs for ``family`` (only ``runs`` if given), then analyse every
     finished one: ``results.json``, ``val_loss_vs_flops.png`` and the tables, printed; at
     full scale also the results page ``<docs_dir>/<profile>-<family>.md`` with its plot
     (``docs_dir`` default ``<root>/docs/results``; ``mlsys.bench.results_doc``). ``budget``
-    (default the profile's) is the one the target is taken at.
+    (default the profile's) is the one the target is taken at. ``stop_trunks``: a chosen run
+    that other chosen runs fork from is stopped once they have all branched (``trunks_of``).
     Committed results (``results_dir``, default ``<root>/bench/results``) stand for runs not
     on this machine: a run with one is not trained again, and the analysis reads it; every
     run finished here gets one (``mlsys.bench.results``)."""
@@ -371,8 +379,9 @@ def benchmark(profile_name: str, family: str, out: Path, root: Path, runs: list[
         to_train = [n for n in chosen if n not in committed and not done_here(chosen[n])]
         if profile.single_epoch and to_train:
             check_epochs(configs)
+        spent = sources_only(profile, chosen) | (trunks_of(chosen) if stop_trunks else set())
         train_all(chosen, profile.ds_config, profile.ranks, out, root, jobs, results, committed,
-                  sources_only(profile, chosen))
+                  spent)
     for name, cfg in configs.items():  # runs finished here before results were committed
         results.save(name, cfg)
     records = finished_records(configs, results)

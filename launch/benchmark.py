@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="retrain a fork source that has only a committed result (no "
                         "checkpoints here) before its forks, instead of stopping")
     p.add_argument("--stop-trunks", action="store_true",
-                   help="a selected run that other selected runs fork from is trained only until "
-                        "they have all branched, then stopped with a checkpoint (it resumes if "
+                   help="a selected run that other selected runs fork from is trained only to "
+                        "their fork points, then stopped with a checkpoint (it resumes if "
                         "started again; needs --jobs 2)")
     p.add_argument("--budget", type=int, default=None,
                    help="take the target at this many level-1 steps instead of the profile's "

@@ -365,3 +365,41 @@ def test_stop_trunks_stops_each_chosen_trunk_once_its_chosen_forks_branched(tmp_
             runner.benchmark("tiny", "gpt", tmp_path / "out", root, ["stable", "wsd"], jobs=2,
                              results_dir=tmp_path / "results", stop_trunks=flag)
     assert handed == [{"stable"}, set()]
+
+
+def test_a_trunk_to_stop_gives_its_slot_to_its_forks_once_their_points_exist(tmp_path,
+                                                                           monkeypatch):
+    """At --jobs 2 with two trunks to stop (``sources_only``) holding both slots: each trunk is
+    stopped once its fork's point exists, and its fork takes the slot; the trunks would
+    would otherwise hold them 1000 polls (processes that end early only when terminated)."""
+    order, polls, stopped = [], {}, []
+
+    class Proc:
+        def __init__(self, name):
+            self.name, self.returncode = name, None
+            self.left = 2 if "fork" in name else 1000
+
+        def poll(self):
+            self.left -= 1
+            polls[self.name] = polls.get(self.name, 0) + 1
+            if self.left <= 0:
+                self.returncode = 0
+            return self.returncode
+
+        def terminate(self):
+            stopped.append(self.name)
+            self.left = 0
+
+    monkeypatch.setattr(runner, "start", lambda cfg, *a, **k: order.append(cfg["name"])
+                        or [Proc(cfg["name"])])
+    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    monkeypatch.setattr(runner, "fork_point_ready",
+                        lambda cfg, src: polls.get(src["name"], 0) >= cfg["fork"]["step"])
+    monkeypatch.setattr(runner, "prepare_default_data", lambda cfg: {})
+    monkeypatch.setattr(runner, "parse_run_config", lambda cfg: cfg)
+    monkeypatch.setattr(runner, "done_here", lambda cfg: "fork" in cfg)
+    cfg = {n: {"name": n, "run_dir": str(tmp_path / n)} for n in ("a", "b")}
+    cfg["a-fork"] = {"name": "a-fork", "run_dir": "x", "fork": {"from": "a", "step": 3}}
+    cfg["b-fork"] = {"name": "b-fork", "run_dir": "y", "fork": {"from": "b", "step": 5}}
+    runner.train_all(cfg, "ds.json", 1, tmp_path, tmp_path, jobs=2, sources_only={"a", "b"})
+    assert order == ["a", "b", "a-fork", "b-fork"] and stopped == ["a", "b"]

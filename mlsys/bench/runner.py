@@ -187,13 +187,14 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
     start goes before a run from scratch). Runs in ``skip`` (their
     committed result stands for them) are not started; every run that finishes (or is found
     finished) gets its committed result written to ``results``. A run in ``sources_only``
-    (a trunk trained only for its forks: a seed variant's; needs ``jobs`` > 1) is not started
-    when none of its forks is left to branch, and is stopped (SIGTERM: it checkpoints and
-    exits; a later start resumes it) once every run of ``configs`` that forks from it has
-    branched; it gets no result."""
+    (a trunk trained only for its forks: a seed variant's, or any with ``--stop-trunks``;
+    needs ``jobs`` > 1) is not started when every fork of ``configs`` still to branch from it
+    has its fork point (a complete checkpoint at the fork step), and is stopped (SIGTERM: it
+    checkpoints and exits; a later start resumes it) as soon as they all have one, so that
+    its forks get its slot; it gets no result."""
     if sources_only and jobs <= 1:
         raise ConfigError(f"{', '.join(sorted(sources_only))}: a trunk run only for its forks "
-                          "is stopped once they branch beside it, which needs --jobs 2")
+                          "is stopped once their fork points exist, which needs --jobs 2")
     def finish(name: str) -> None:
         if results is not None:
             results.save(name, configs[name])
@@ -216,15 +217,15 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
         prepare_default_data(parse_run_config(_plain(first)))
     pending, running, finished, stopping = list(configs), {}, set(), set()
 
-    def forks_pending(source: str) -> bool:
-        return any(n in pending for n, c in configs.items()
-                   if c.get("fork", {}).get("from") == source)
+    def forks_waiting(source: str) -> bool:  # a fork still to branch past the source's end
+        return any(n in pending and not fork_point_ready(c, configs[source])
+                   for n, c in configs.items() if c.get("fork", {}).get("from") == source)
 
     def stop_spent_sources() -> None:
         for source in sources_only & set(running) - stopping:
-            if not forks_pending(source):
-                print(f"   {source}: every fork has branched; stopped (it resumes if started "
-                      "again)", flush=True)
+            if not forks_waiting(source):
+                print(f"   {source}: every fork point is reached; stopped (it resumes if "
+                      "started again)", flush=True)
                 for p in running[source]:
                     p.terminate()
                 stopping.add(source)
@@ -237,8 +238,8 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
                 pending.remove(name)
                 finished.add(name)
                 continue
-            if name in sources_only and not forks_pending(name):  # nothing left to branch
-                print(f"== {configs[name]['name']}: every fork has branched; not started",
+            if name in sources_only and not forks_waiting(name):  # nothing left to train for
+                print(f"== {configs[name]['name']}: every fork point is reached; not started",
                       flush=True)
                 pending.remove(name)
                 finished.add(name)
@@ -293,7 +294,7 @@ def sources_only(profile: Profile, runs: dict[str, dict[str, Any]]) -> set[str]:
 
 def trunks_of(runs: dict[str, dict[str, Any]]) -> set[str]:
     """The runs among ``runs`` that another of ``runs`` forks from (``--stop-trunks``: each is
-    trained only as far as its selected forks need, then stopped with a checkpoint)."""
+    trained only as far as its selected forks' fork points, then stopped with a checkpoint)."""
     return {c["fork"]["from"] for c in runs.values() if "fork" in c} & set(runs)
 
 
@@ -364,7 +365,8 @@ def benchmark(profile_name: str, family: str, out: Path, root: Path, runs: list[
     full scale also the results page ``<docs_dir>/<profile>-<family>.md`` with its plot
     (``docs_dir`` default ``<root>/docs/results``; ``mlsys.bench.results_doc``). ``budget``
     (default the profile's) is the one the target is taken at. ``stop_trunks``: a chosen run
-    that other chosen runs fork from is stopped once they have all branched (``trunks_of``).
+    that other chosen runs fork from is stopped once all their fork points exist
+    (``trunks_of``).
     Committed results (``results_dir``, default ``<root>/bench/results``) stand for runs not
     on this machine: a run with one is not trained again, and the analysis reads it; every
     run finished here gets one (``mlsys.bench.results``)."""

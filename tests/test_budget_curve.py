@@ -79,3 +79,15 @@ def test_a_line_replaces_only_itself(tmp_path):
     assert list(curves) == ["cpu-budget-bert/bert", "cpu-budget-gpt/gpt"]
     assert curves["cpu-budget-gpt/gpt"] == [{"tokens_per_param": 10.0, "budget": 6500}]
     assert curves["cpu-budget-bert/bert"] == [{"tokens_per_param": 3.0, "budget": 2000}]
+
+
+def test_a_cycle_below_the_whole_frontier_counts_with_its_lower_bound():
+    """(b) of a run that ends below the frontier's last point is no number but a lower bound;
+    it is that run's (b) where the bound beats the others', said as "≥"; a run below it with
+    no bound (more FLOPs than the frontier spans) is no value."""
+    below = {**_row("cycle-b2000-z", 2, 99.0, 0.2, None), "saving_frontier_at_least": 0.5}
+    no_bound = {**_row("cycle-b2000-w", 2, 98.0, 0.1, None), "saving_frontier_at_least": -0.1}
+    p = curve_point({**COMPARED, "runs": COMPARED["runs"] + [below, no_bound]}, 2000, 3.05)
+    assert p["saving_frontier"]["run"] == "cycle-b2000-z" and p["saving_frontier"]["value"] == 0.5
+    assert p["saving_frontier"]["at_least"] and "at_least" not in p["saving_flops"]
+    assert "≥ +50.0 % (`cycle-b2000-z`)" in markdown_curves({"l": [p]})

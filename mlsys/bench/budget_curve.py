@@ -30,6 +30,15 @@ def _seeded(compared: dict[str, Any], name: str) -> dict[str, Any] | None:
     return next((r for r in seeds.get("runs", []) if r["name"] == name), None)
 
 
+def _measure(row: dict[str, Any], key: str) -> float | None:
+    """The run's value of a measure; for (b) of a run that ends below the whole frontier, its
+    lower bound (``saving_frontier_at_least``, the frontier's last point) where one exists."""
+    if row[key] is None and key == "saving_frontier":
+        bound = row.get("saving_frontier_at_least")
+        return bound if bound is not None and bound >= 0 else None
+    return row[key]
+
+
 def curve_point(compared: dict[str, Any], budget: int, tokens_per_param: float
                 ) -> dict[str, Any]:
     """One budget's point: the target, and per measure the best V-cycle of the budget (its
@@ -46,13 +55,14 @@ def curve_point(compared: dict[str, Any], budget: int, tokens_per_param: float
     if compared.get("grid_edge"):
         point["grid_edge"] = compared["grid_edge"]
     for key, spread_key, _ in MEASURES:
-        valued = [r for r in cycles if r[key] is not None]
+        valued = [(r, _measure(r, key)) for r in cycles if _measure(r, key) is not None]
         if not valued:
             point[key] = None
             continue
-        best = max(valued, key=lambda r: r[key])
+        best, value = max(valued, key=lambda rv: rv[1])
         seeded = _seeded(compared, best["name"])
-        point[key] = {"run": best["name"], "value": best[key],
+        point[key] = {"run": best["name"], "value": value,
+                      **({"at_least": True} if best[key] is None else {}),
                       "spread": seeded[spread_key] if seeded else None,
                       "seeds": len(compared["seeds"]["seeds"]) if seeded else 1,
                       "counts": seeded["counts"] if seeded else False}
@@ -136,7 +146,8 @@ def markdown_curves(curves: dict[str, Any]) -> str:
             seeds = f"; a value at {s['n']} of {m.get('seeds', s['n'])} seeds, does not count"
         else:
             seeds = ""
-        return f"{100 * m['value']:+.1f} % (`{m['run']}`{seeds})"
+        bound = "≥ " if m.get("at_least") else ""  # below the frontier's last point
+        return f"{bound}{100 * m['value']:+.1f} % (`{m['run']}`{seeds})"
 
     lines = ["| line | budget (steps) | tokens/param | target | (a) best | (b) best |",
              "|---|---|---|---|---|---|"]

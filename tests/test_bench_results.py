@@ -264,28 +264,36 @@ def test_a_fork_starts_beside_its_source_once_the_checkpoint_exists(
         [r["final_val_loss"] for r in late["runs"]]
 
 
+class FakeProc:
+    """A training process for the scheduler tests: ends (exit 0) after ``length`` polls, or at
+    the next poll once terminated; counts its polls in ``polls`` and its stops in ``stopped``."""
+
+    def __init__(self, name: str, length: int, polls: dict, stopped: list | None = None):
+        self.name, self.left, self.returncode = name, length, None
+        self.polls, self.stopped = polls, stopped
+
+    def poll(self):
+        self.left -= 1
+        self.polls[self.name] = self.polls.get(self.name, 0) + 1
+        if self.left <= 0:
+            self.returncode = 0
+        return self.returncode
+
+    def terminate(self):
+        self.stopped.append(self.name)
+        self.left = 0
+
+
 def test_the_scheduler_puts_a_ready_fork_before_a_new_trunk(tmp_path, monkeypatch):
     """At --jobs 2: trunk A and trunk B start; when A's fork point exists its fork takes the
     next free slot before trunk C; a committed run neither waits for its source nor takes a
     slot. (Training replaced by processes that end after a few polls.)"""
     order, polls = [], {}
-
-    class Proc:
-        def __init__(self, name, length):
-            self.name, self.left, self.returncode = name, length, None
-
-        def poll(self):
-            self.left -= 1
-            polls[self.name] = polls.get(self.name, 0) + 1
-            if self.left <= 0:
-                self.returncode = 0
-            return self.returncode
-
     lengths = {"a": 3, "b": 2, "c": 1, "a-fork": 1}
 
     def start(cfg, *args, **kwargs):
         order.append(cfg["name"])
-        return [Proc(cfg["name"], lengths[cfg["name"]])]
+        return [FakeProc(cfg["name"], lengths[cfg["name"]], polls)]
 
     monkeypatch.setattr(runner, "start", start)
     monkeypatch.setattr(runner.time, "sleep", lambda s: None)
@@ -373,25 +381,8 @@ def test_a_trunk_to_stop_gives_its_slot_to_its_forks_once_their_points_exist(tmp
     stopped once its fork's point exists, and its fork takes the slot; the trunks would
     would otherwise hold them 1000 polls (processes that end early only when terminated)."""
     order, polls, stopped = [], {}, []
-
-    class Proc:
-        def __init__(self, name):
-            self.name, self.returncode = name, None
-            self.left = 2 if "fork" in name else 1000
-
-        def poll(self):
-            self.left -= 1
-            polls[self.name] = polls.get(self.name, 0) + 1
-            if self.left <= 0:
-                self.returncode = 0
-            return self.returncode
-
-        def terminate(self):
-            stopped.append(self.name)
-            self.left = 0
-
-    monkeypatch.setattr(runner, "start", lambda cfg, *a, **k: order.append(cfg["name"])
-                        or [Proc(cfg["name"])])
+    monkeypatch.setattr(runner, "start", lambda cfg, *a, **k: order.append(cfg["name"]) or [
+        FakeProc(cfg["name"], 2 if "fork" in cfg["name"] else 1000, polls, stopped)])
     monkeypatch.setattr(runner.time, "sleep", lambda s: None)
     monkeypatch.setattr(runner, "fork_point_ready",
                         lambda cfg, src: polls.get(src["name"], 0) >= cfg["fork"]["step"])

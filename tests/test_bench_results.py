@@ -349,10 +349,9 @@ def test_a_trunk_run_only_for_its_seed_forks_stops_once_they_branched(
                          results=results, skip=committed, sources_only={"stable-seed7"})
 
 
-def test_stop_trunks_stops_each_chosen_trunk_once_its_chosen_forks_branched(tmp_path,
-                                                                            monkeypatch):
+def test_stop_trunks_hands_each_chosen_trunk_to_the_scheduler_to_stop(tmp_path, monkeypatch):
     """``--stop-trunks``: the trunks among the chosen runs (a chosen run forks from them) are
-    handed to the scheduler as runs to stop once their forks have branched; a trunk whose
+    handed to the scheduler as runs to stop once their forks' points exist; a trunk whose
     forks are not chosen is not one, and without the flag only seed trunks are."""
     assert runner.trunks_of({"a": {}, "a-d": {"fork": {"from": "a"}},
                              "b-d": {"fork": {"from": "b"}}}) == {"a"}
@@ -379,7 +378,7 @@ def test_a_trunk_to_stop_gives_its_slot_to_its_forks_once_their_points_exist(tmp
                                                                            monkeypatch):
     """At --jobs 2 with two trunks to stop (``sources_only``) holding both slots: each trunk is
     stopped once its fork's point exists, and its fork takes the slot; the trunks would
-    would otherwise hold them 1000 polls (processes that end early only when terminated)."""
+    otherwise hold them 1000 polls (processes that end early only when terminated)."""
     order, polls, stopped = [], {}, []
     monkeypatch.setattr(runner, "start", lambda cfg, *a, **k: order.append(cfg["name"]) or [
         FakeProc(cfg["name"], 2 if "fork" in cfg["name"] else 1000, polls, stopped)])

@@ -55,7 +55,7 @@ def curve_point(compared: dict[str, Any], budget: int, tokens_per_param: float
     if compared.get("grid_edge"):
         point["grid_edge"] = compared["grid_edge"]
     for key, spread_key, _ in MEASURES:
-        valued = [(r, _measure(r, key)) for r in cycles if _measure(r, key) is not None]
+        valued = [(r, v) for r in cycles if (v := _measure(r, key)) is not None]
         if not valued:
             point[key] = None
             continue

@@ -31,7 +31,7 @@ from mlsys.bench.results import RESULTS, compact, read_result, result_path, writ
 from mlsys.bench.results_doc import command, page_name, write_page
 from mlsys.config import ConfigError, parse_run_config
 from mlsys.data.run_data import prepare_default_data
-from mlsys.distributed.spawn import start_ranks, wait_ranks
+from mlsys.distributed.spawn import StopForwarder, start_ranks, wait_ranks
 from mlsys.train.checkpoint import complete_tags, fork_run, step_of
 from mlsys.train.metrics import read_metrics
 from mlsys.train.rundir import RunDir
@@ -180,7 +180,8 @@ def fork_point_ready(cfg: dict[str, Any], source: dict[str, Any]) -> bool:
 
 def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, out: Path,
               root: Path, jobs: int, results: Results | None = None,
-              skip: set[str] = frozenset(), sources_only: set[str] = frozenset()) -> None:
+              skip: set[str] = frozenset(), sources_only: set[str] = frozenset()
+              ) -> int | None:
     """Train ``configs`` in order, ``jobs`` at a time (one thread per rank when ``jobs`` > 1,
     output to ``<out>/<name>.log``); a fork waits for its source, at ``jobs`` > 1 only until
     the source's checkpoint at the fork step exists (``fork_point_ready``; a fork that can
@@ -191,7 +192,10 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
     needs ``jobs`` > 1) is not started when every fork of ``configs`` still to branch from it
     has its fork point (a complete checkpoint at the fork step), and is stopped (SIGTERM: it
     checkpoints and exits; a later start resumes it) as soon as they all have one, so that
-    its forks get its slot; it gets no result."""
+    its forks get its slot; it gets no result.
+    A stop signal to the runner (SIGTERM, SIGUSR1, SIGINT) is sent on to every run training
+    (each checkpoints and exits 0, as a preempted run does) and no run starts after it; the
+    runner returns once they have exited, with that signal (None: no signal, all trained)."""
     if sources_only and jobs <= 1:
         raise ConfigError(f"{', '.join(sorted(sources_only))}: a trunk run only for its forks "
                           "is stopped once their fork points exist, which needs --jobs 2")
@@ -205,13 +209,19 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
         return name in skip
 
     if jobs <= 1:
-        for name, cfg in configs.items():
-            if skipped(name):
-                continue
-            print(f"== {cfg['name']}", flush=True)
-            train(cfg, ds_config, ranks, out, root)
-            finish(name)
-        return
+        with StopForwarder() as stop:
+            for name, cfg in configs.items():
+                if stop.signum is not None:
+                    break
+                if skipped(name):
+                    continue
+                print(f"== {cfg['name']}", flush=True)
+                procs = start(cfg, ds_config, ranks, out, root)
+                if procs is not None and wait_ranks(procs, stop) and stop.signum is None:
+                    raise RuntimeError(f"{cfg['name']}: training exited non-zero")
+                if done_here(cfg):
+                    finish(name)
+        return _stopped(stop.signum)
     if set(configs) - set(skip):  # the default data, once, before runs race for it
         first = next(iter(configs.values()))
         prepare_default_data(parse_run_config(_plain(first)))
@@ -230,58 +240,80 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
                     p.terminate()
                 stopping.add(source)
 
-    while pending or running:
-        # a fork that can branch goes before a run that starts from scratch: the trunk's
-        # checkpoints are freed sooner, and a trunk trains beside its own decays
-        for name in sorted(pending, key=lambda n: "fork" not in configs[n]):
-            if skipped(name):  # needs no slot, nor its source
-                pending.remove(name)
-                finished.add(name)
-                continue
-            if name in sources_only and not forks_waiting(name):  # nothing left to train for
-                print(f"== {configs[name]['name']}: every fork point is reached; not started",
-                      flush=True)
-                pending.remove(name)
-                finished.add(name)
-                continue
-            if len(running) >= jobs:
-                break
-            source = configs[name].get("fork", {}).get("from")
-            if source in configs and source not in finished and not (
-                    source in running and fork_point_ready(configs[name], configs[source])):
-                continue
-            pending.remove(name)
-            early = f", {source} still running" if source in running else ""
-            print(f"== {configs[name]['name']} (log: {out / (name + '.log')}{early})", flush=True)
-            procs = start(configs[name], ds_config, ranks, out, root, threads=1,
-                          log=out / f"{name}.log")
-            if procs is None:
-                finished.add(name)
-                finish(name)
-            else:
-                running[name] = procs
-        stop_spent_sources()
-        time.sleep(2)
-        for name, procs in list(running.items()):
-            if all(p.poll() is not None for p in procs):
-                del running[name]
-                if name in stopping:  # exit 0 (checkpointed) or killed by it before start-up
-                    if any(p.returncode not in (0, -signal.SIGTERM) for p in procs):
-                        raise RuntimeError(f"{name}: stopping it failed (see {name}.log)")
+    with StopForwarder() as stop:
+        while (pending and stop.signum is None) or running:
+            # a fork that can branch goes before a run that starts from scratch: the trunk's
+            # checkpoints are freed sooner, and a trunk trains beside its own decays
+            for name in sorted(pending, key=lambda n: "fork" not in configs[n]):
+                if stop.signum is not None:
+                    break
+                if skipped(name):  # needs no slot, nor its source
+                    pending.remove(name)
                     finished.add(name)
                     continue
-                if any(p.returncode for p in procs):
-                    for others in running.values():
-                        for p in others:
-                            p.terminate()
-                    raise RuntimeError(f"{name}: training exited non-zero (see {name}.log)")
-                finished.add(name)
-                if done_here(configs[name]):
-                    print(f"   {name}: done", flush=True)
-                else:  # exit 0 before its end: stopped by a signal, it checkpointed
-                    print(f"   {name}: stopped before its end (checkpointed; no result; it "
-                          "resumes if started again)", flush=True)
-                finish(name)
+                if name in sources_only and not forks_waiting(name):  # nothing to train for
+                    print(f"== {configs[name]['name']}: every fork point is reached; not "
+                          "started", flush=True)
+                    pending.remove(name)
+                    finished.add(name)
+                    continue
+                if len(running) >= jobs:
+                    break
+                source = configs[name].get("fork", {}).get("from")
+                if source in configs and source not in finished and not (
+                        source in running and fork_point_ready(configs[name], configs[source])):
+                    continue
+                pending.remove(name)
+                early = f", {source} still running" if source in running else ""
+                print(f"== {configs[name]['name']} (log: {out / (name + '.log')}{early})",
+                      flush=True)
+                procs = start(configs[name], ds_config, ranks, out, root, threads=1,
+                              log=out / f"{name}.log")
+                if procs is None:
+                    finished.add(name)
+                    finish(name)
+                else:
+                    running[name] = procs
+                    stop.watch(procs)
+            if stop.signum is None:
+                stop_spent_sources()
+            time.sleep(2)
+            for name, procs in list(running.items()):
+                if all(p.poll() is not None for p in procs):
+                    del running[name]
+                    if name in stopping:  # exit 0 (checkpointed), or killed before start-up
+                        if any(p.returncode not in (0, -signal.SIGTERM) for p in procs):
+                            raise RuntimeError(f"{name}: stopping it failed (see {name}.log)")
+                        finished.add(name)
+                        continue
+                    if stop.signum is not None and not done_here(configs[name]) and all(
+                            p.returncode in (0, -stop.signum, -signal.SIGTERM) for p in procs):
+                        print(f"   {name}: stopped (checkpointed; no result; it resumes if "
+                              "started again)", flush=True)
+                        continue
+                    if any(p.returncode for p in procs):
+                        for others in running.values():
+                            for p in others:
+                                p.terminate()
+                        raise RuntimeError(f"{name}: training exited non-zero (see "
+                                           f"{name}.log)")
+                    finished.add(name)
+                    if done_here(configs[name]):
+                        print(f"   {name}: done", flush=True)
+                    else:  # exit 0 before its end: a signal to the run alone; it checkpointed
+                        print(f"   {name}: stopped before its end (checkpointed; no result; "
+                              "it resumes if started again)", flush=True)
+                    finish(name)
+    return _stopped(stop.signum)
+
+
+def _stopped(signum: int | None) -> int | None:
+    """``signum``, told: the runs stopped by it checkpointed and resume if started again."""
+    if signum is not None:
+        print(f"stopped by {signal.Signals(signum).name}: no run started after it; the runs "
+              "it stopped checkpointed and resume where they stopped when the same command "
+              "is run again", flush=True)
+    return signum
 
 
 def sources_only(profile: Profile, runs: dict[str, dict[str, Any]]) -> set[str]:
@@ -382,8 +414,9 @@ def benchmark(profile_name: str, family: str, out: Path, root: Path, runs: list[
         if profile.single_epoch and to_train:
             check_epochs(configs)
         spent = sources_only(profile, chosen) | (trunks_of(chosen) if stop_trunks else set())
-        train_all(chosen, profile.ds_config, profile.ranks, out, root, jobs, results, committed,
-                  spent)
+        if train_all(chosen, profile.ds_config, profile.ranks, out, root, jobs, results,
+                     committed, spent) is not None:
+            return {}  # stopped by a signal: no analysis (--analyse-only reads what finished)
     for name, cfg in configs.items():  # runs finished here before results were committed
         results.save(name, cfg)
     records = finished_records(configs, results)

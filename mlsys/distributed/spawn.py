@@ -13,6 +13,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
+
+from mlsys.distributed.preempt import SIGNALS
 
 
 def free_port() -> int:
@@ -38,41 +41,72 @@ def start_ranks(module: str, args: Sequence[str], nproc: int, env: dict[str, str
 GRACE_SECONDS = 10.0  # after a rank fails: SIGTERM to the others, SIGKILL this much later
 
 
-def wait_ranks(procs: list[subprocess.Popen]) -> int:
-    """Wait for every rank, forwarding preemption signals; the first non-zero exit code, else 0.
-    If a rank fails, the others are terminated (they would wait on it forever), and killed if
-    still alive ``GRACE_SECONDS`` later (a rank blocked in a collective may not get to act on
-    SIGTERM): the launcher returns within about that bound after the first failure."""
-    def forward(signum: int, frame: object) -> None:
+class StopForwarder:
+    """While entered, the stop signals this process gets (``SIGNALS``: preemption, a time
+    limit, Ctrl-C) are sent on to every process given to ``watch`` that is still alive, also to
+    one watched after the signal came; ``signum`` is the first that came (None: none yet).
+    The handlers in place before are restored on exit."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._procs: list[subprocess.Popen] = []
+        self._old: dict[int, Any] = {}
+
+    def watch(self, procs: list[subprocess.Popen]) -> None:
+        self._procs.extend(procs)
+        if self.signum is not None:
+            self._send(procs, self.signum)
+
+    @staticmethod
+    def _send(procs: list[subprocess.Popen], signum: int) -> None:
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signum)
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
-    try:
-        codes: dict[int, int] = {}
-        failed_at: float | None = None
-        while len(codes) < len(procs):
-            for i, p in enumerate(procs):
-                if i in codes:
-                    continue
-                try:
-                    codes[i] = p.wait(timeout=0.5)
-                except subprocess.TimeoutExpired:
-                    continue
-                if codes[i] != 0 and failed_at is None:
-                    failed_at = time.monotonic()
-                    for q in procs:
-                        if q.poll() is None:
-                            q.terminate()
-            if failed_at is not None and time.monotonic() - failed_at > GRACE_SECONDS:
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self._send(self._procs, signum)
+
+    def __enter__(self) -> StopForwarder:
+        self._old = {s: signal.signal(s, self._handle) for s in SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+def wait_ranks(procs: list[subprocess.Popen], forwarder: StopForwarder | None = None) -> int:
+    """Wait for every rank, forwarding stop signals (through ``forwarder`` if given, which then
+    also says whether one came; else through its own); the first non-zero exit code, else 0.
+    If a rank fails, the others are terminated (they would wait on it forever), and killed if
+    still alive ``GRACE_SECONDS`` later (a rank blocked in a collective may not get to act on
+    SIGTERM): the launcher returns within about that bound after the first failure."""
+    if forwarder is None:
+        with StopForwarder() as own:
+            return wait_ranks(procs, own)
+    forwarder.watch(procs)
+    codes: dict[int, int] = {}
+    failed_at: float | None = None
+    while len(codes) < len(procs):
+        for i, p in enumerate(procs):
+            if i in codes:
+                continue
+            try:
+                codes[i] = p.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                continue
+            if codes[i] != 0 and failed_at is None:
+                failed_at = time.monotonic()
                 for q in procs:
                     if q.poll() is None:
-                        q.kill()
-        return next((c for c in codes.values() if c != 0), 0)
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+                        q.terminate()
+        if failed_at is not None and time.monotonic() - failed_at > GRACE_SECONDS:
+            for q in procs:
+                if q.poll() is None:
+                    q.kill()
+    return next((c for c in codes.values() if c != 0), 0)
 
 
 def run_ranks(module: str, args: Sequence[str], nproc: int, **kw) -> int:

@@ -11,13 +11,15 @@ export DS_BUILD_OPS ?= 0
 install: $(STAMP)
 
 # Order matters: torch (CPU build, pinned), then deepspeed without build isolation
-# (its setup imports torch), then the rest and the package itself, editable.
-$(STAMP): pyproject.toml
+# (its setup imports torch), then the rest and the package itself, editable. Every version,
+# transitive ones included, comes from constraints.txt: the packages corpus is made of them.
+LOCK    := -c constraints.txt
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip setuptools wheel
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q --no-build-isolation deepspeed==0.19.8
-	$(BIN)/pip install -q --no-build-isolation -e '.[test]'
+	$(BIN)/pip install -q $(LOCK) --upgrade pip setuptools wheel
+	$(BIN)/pip install -q $(LOCK) torch==2.13.0
+	$(BIN)/pip install -q $(LOCK) --no-build-isolation deepspeed==0.19.8
+	$(BIN)/pip install -q $(LOCK) --no-build-isolation -e '.[test]'
 	touch $(STAMP)
 
 test: install

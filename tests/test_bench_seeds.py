@@ -56,19 +56,25 @@ def test_seed_variants_are_compared_seed_by_seed_and_only_there():
     assert row["name"] == "cycle"
     # (a) paired: each seed's cycle reaches its own baseline's loss at 10 / speed FLOPs
     assert row["saving_flops"] == pytest.approx([1 - 1 / s for _, _, s in SEEDS])
-    # (b) on the one frontier: log-linear between (5, 7) and (10, 1); 0.95 lies below it
+    # (b) on the one frontier: log-linear between (5, 7) and (10, 1); seed 12's 0.95 lies
+    # below it: its lower bound, against the frontier's last point (10 FLOPs), flagged
     frac = (7.0 - 1.1) / (7.0 - 1.0)
     need = math.exp(math.log(5.0) + frac * (math.log(10.0) - math.log(5.0)))
-    assert row["saving_frontier"] == pytest.approx([1 - 5.0 / 10.0, 1 - 4.0 / need, None])
+    b = [1 - 5.0 / 10.0, 1 - 4.0 / need, 1 - 2.5 / 10.0]
+    assert row["saving_frontier"] == pytest.approx(b)
+    assert row["frontier_at_least"] == [False, False, True]
     assert row["spread_flops"]["mean"] == pytest.approx(statistics.fmean([0.5, 0.6, 0.75]))
     assert row["spread_flops"]["std"] == pytest.approx(statistics.stdev([0.5, 0.6, 0.75]))
-    assert row["spread_frontier"]["n"] == 2  # a run below the whole frontier has no (b)
-    assert not row["counts"]  # (b) has two seeds only
+    sb = row["spread_frontier"]
+    assert sb["n"] == 3 and sb["at_least"] and sb["mean"] == pytest.approx(statistics.fmean(b))
+    assert counts(row["spread_flops"]) and counts(sb)  # both means exceed their spreads ...
+    assert not row["counts"]  # ... but (b)'s mean is a bound: not known to count
     page = render({"profile": "p", "family": "gpt", "ranks": 1, "ds_config": "z.json",
                    "budget": None, **result}, "p.png", "`cmd`")
     assert "## Seeds" in page and "| cycle | 1.0000 / 1.1000 / 0.9500 |" in page
     assert "| +50.0% / +60.0% / +75.0% |" in page  # (a) per seed
-    assert "/ below the frontier | +" in page and "(n = 2 of 3) | no |" in page
+    assert (f"| +50.0% / {b[1]:+.1%} / ≥ +75.0% | ≥ {statistics.fmean(b):+.1%} ± "
+            f"{statistics.stdev(b):.1%} (n = 3 of 3) | no |") in page
 
 
 def test_a_saving_counts_when_its_mean_exceeds_its_spread_over_three_seeds():

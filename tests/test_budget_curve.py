@@ -91,3 +91,20 @@ def test_a_cycle_below_the_whole_frontier_counts_with_its_lower_bound():
     assert p["saving_frontier"]["run"] == "cycle-b2000-z" and p["saving_frontier"]["value"] == 0.5
     assert p["saving_frontier"]["at_least"] and "at_least" not in p["saving_flops"]
     assert "≥ +50.0 % (`cycle-b2000-z`)" in markdown_curves({"l": [p]})
+
+
+def test_a_seed_mean_of_lower_bounds_is_said_as_one():
+    """The best (b)'s run is a number at its own seed, but another seed ended below the whole
+    frontier: the seed mean is a mean of bounds, said with "≥", and does not count."""
+    seeds = {**COMPARED["seeds"], "runs": [{**COMPARED["seeds"]["runs"][0], "counts": False,
+                                             "spread_frontier": {"n": 3, "mean": 0.2,
+                                                                 "std": 0.05,
+                                                                 "at_least": True}}]}
+    p = curve_point({**COMPARED, "runs": COMPARED["runs"][:5], "seeds": seeds}, 2000, 3.09)
+    assert p["saving_frontier"]["run"] == "cycle-b2000-y"  # 0.15, a single run: no bound
+    x = curve_point({**COMPARED, "runs": [r for r in COMPARED["runs"] if r["name"] !=
+                                          "cycle-b2000-y"], "seeds": seeds}, 2000, 3.09)
+    assert x["saving_frontier"]["run"] == "cycle-b2000-x"
+    assert "at_least" not in x["saving_frontier"]  # its own seed's value is a number
+    assert "| +10.0 % (`cycle-b2000-x`; ≥ +20.0 % ± 5.0 over the 3 of 3 seeds with a value, " \
+           "does not count)" in markdown_curves({"l": [x]})

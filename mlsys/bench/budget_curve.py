@@ -139,7 +139,8 @@ def markdown_curves(curves: dict[str, Any]) -> str:
             return "not reached" if p["cycles"] else "no V-cycle run yet"
         s = m.get("spread")
         if s and s["n"] >= 2 and s["mean"] is not None:
-            seeds = (f"; {100 * s['mean']:+.1f} % ± {100 * (s['std'] or 0):.1f} over the "
+            low = "≥ " if s.get("at_least") else ""  # a mean of lower bounds
+            seeds = (f"; {low}{100 * s['mean']:+.1f} % ± {100 * (s['std'] or 0):.1f} over the "
                      f"{s['n']} of {m.get('seeds', s['n'])} seeds with a value"
                      f"{', counts' if m['counts'] else ', does not count'}")
         elif s:  # seed variants, but at most this one seed has a value

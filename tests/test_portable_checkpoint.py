@@ -4,7 +4,9 @@ a run checkpointed on 2 ranks inside its small phase resumes on 1 rank; that run
 taken right after the up-transition resumes on 2 again. Both log the uninterrupted 2-rank run's
 losses within ``TOLERANCE``, which is what a changed reduction order allows (the same samples
 every step; the gradient averaged across 2 ranks instead of accumulated over 2 micro-batches
-on one): measured 2.4e-7–4.8e-7 here, fp32.
+on one): measured 2.4e-7–4.8e-7 in November's environment, fp32, and exactly 0 in the one
+constraints.txt pins (2026-12-04; which version made the two orders agree is not known). The
+log says the rank counts it was written and resumed on.
 
 """
 
@@ -54,7 +56,9 @@ def _moved(run: Path, tmp: Path, name: str, ranks: int, ds: str, phase: int,
     assert (copy / "checkpoints" / tag / "portable" / "state.safetensors").is_file()
     train(config, ds, nproc=ranks, log=tmp / f"{name}.log")
     log = (tmp / f"{name}.log").read_text()
-    assert "resumed on" in log and "from its portable state" in log, log[-3000:]
+    written = 2 if ranks == 1 else 1
+    assert f"written by {written} ranks, resumed on {ranks} from its portable state" in log, \
+        log[-3000:]
     records = read_metrics(copy / "metrics.jsonl")
     before = [r["event"] for r in read_metrics(run / "metrics.jsonl")].count("resume")
     assert [r["event"] for r in records].count("resume") == before + 1
@@ -73,8 +77,9 @@ def test_a_checkpoint_resumes_on_another_rank_count(gpt_data: dict, tmp_path: Pa
                 step_in_phase=0)
     for moved, source, cut in ((down, ref, 4), (up, down, 6)):
         diff = _differences(ref, moved)
+        # within the tolerance; equal is allowed: with two micro-batches, (g1 + g2) / 2 on two
+        # ranks and g1 / 2 + g2 / 2 accumulated on one are the same floats
         assert max(diff.values()) < TOLERANCE, diff
-        assert max(diff.values()) > 0.0  # it did run on the other rank count
         # up to the checkpoint the records are the copied run's own
         own = _differences(source, moved)
         assert all(d == 0.0 for (_, step, _), d in own.items() if step < cut), own

@@ -159,10 +159,13 @@ def start(cfg: dict[str, Any], ds_config: str, ranks: int, out: Path, root: Path
                        stderr=subprocess.STDOUT if stream else None)
 
 
-def train(cfg: dict[str, Any], ds_config: str, ranks: int, out: Path, root: Path) -> None:
-    """Train one run to completion (see ``start``)."""
+def train(cfg: dict[str, Any], ds_config: str, ranks: int, out: Path, root: Path,
+          forwarder: StopForwarder | None = None) -> None:
+    """Train one run to completion (see ``start``), or until a stop signal ``forwarder`` (if
+    given) passed on to it."""
     procs = start(cfg, ds_config, ranks, out, root)
-    if procs is not None and wait_ranks(procs):
+    if procs is not None and wait_ranks(procs, forwarder) and (
+            forwarder is None or forwarder.signum is None):
         raise RuntimeError(f"{cfg['name']}: training exited non-zero")
 
 
@@ -216,11 +219,8 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
                 if skipped(name):
                     continue
                 print(f"== {cfg['name']}", flush=True)
-                procs = start(cfg, ds_config, ranks, out, root)
-                if procs is not None and wait_ranks(procs, stop) and stop.signum is None:
-                    raise RuntimeError(f"{cfg['name']}: training exited non-zero")
-                if done_here(cfg):
-                    finish(name)
+                train(cfg, ds_config, ranks, out, root, stop)
+                finish(name)
         return _stopped(stop.signum)
     if set(configs) - set(skip):  # the default data, once, before runs race for it
         first = next(iter(configs.values()))
@@ -286,12 +286,9 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
                             raise RuntimeError(f"{name}: stopping it failed (see {name}.log)")
                         finished.add(name)
                         continue
-                    if stop.signum is not None and not done_here(configs[name]) and all(
-                            p.returncode in (0, -stop.signum, -signal.SIGTERM) for p in procs):
-                        print(f"   {name}: stopped (checkpointed; no result; it resumes if "
-                              "started again)", flush=True)
-                        continue
-                    if any(p.returncode for p in procs):
+                    # after a stop signal a run also ends killed by it before start-up
+                    ok = (0,) if stop.signum is None else (0, -stop.signum, -signal.SIGTERM)
+                    if any(p.returncode not in ok for p in procs):
                         for others in running.values():
                             for p in others:
                                 p.terminate()
@@ -300,7 +297,7 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
                     finished.add(name)
                     if done_here(configs[name]):
                         print(f"   {name}: done", flush=True)
-                    else:  # exit 0 before its end: a signal to the run alone; it checkpointed
+                    else:  # stopped by a signal before its end: it checkpointed
                         print(f"   {name}: stopped before its end (checkpointed; no result; "
                               "it resumes if started again)", flush=True)
                     finish(name)

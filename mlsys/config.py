@@ -222,6 +222,12 @@ class DataConfig(_Strict):
     """Text: where megatron-core caches the dataset indices it builds (keyed by their inputs);
     null: ``<run_dir>/data_cache``. Runs on the same data may share one. May change on
     resume."""
+    valid_seed: int | None = None
+    """Text: the seed of the validation samples (which samples of the valid split, in which
+    order, and a masked LM's masks on them); null: ``train.seed``. Runs that differ in
+    ``train.seed`` but share it validate on the same samples, so their losses compare (the
+    benchmark's seed variants set it to the family's own seed). The training samples do not
+    depend on it. Vision validates on a fixed set already and ignores it."""
     train_samples: int | None = Field(default=None, gt=0)
     """Samples the training dataset is built for; null: what the run consumes (its total
     steps after ``schedule.scale`` × ``train.global_batch_size``), which is also the minimum.

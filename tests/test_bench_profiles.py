@@ -165,9 +165,10 @@ def test_a_fork_from_the_source_end_must_train_on(tmp_path):
 
 
 def test_seed_variants_repeat_the_headline_runs_and_their_trunks(tmp_path):
-    """``seeds`` repeats the named runs at other seeds: the same config but ``train.seed``,
-    named ``-seed<k>``; a forked run's source is repeated at the same seed and the fork
-    branches from that variant at the same step; the family's own runs are unchanged."""
+    """``seeds`` repeats the named runs at other seeds: the same config but ``train.seed`` (and
+    ``data.valid_seed``, the family's seed), named ``-seed<k>``; a forked run's source is
+    repeated at the same seed and the fork branches from that variant at the same step; the
+    family's own runs are unchanged."""
     profile = load_profile("cpu-budget-gpt", ROOT)
     assert profile.seeds.values == [1235, 1236]
     cfgs = run_configs(profile, "gpt", tmp_path)
@@ -178,10 +179,12 @@ def test_seed_variants_repeat_the_headline_runs_and_their_trunks(tmp_path):
             variant = cfgs[f"{name}-seed{seed}"]
             assert parse_run_config({k: v for k, v in variant.items() if k != "fork"},
                                     source=name).train.seed == seed
-            same = {k: v for k, v in variant.items() if k not in ("train", "name", "run_dir",
-                                                                   "fork")}
+            same = {k: v for k, v in variant.items() if k not in ("train", "data", "name",
+                                                                   "run_dir", "fork")}
             assert same == {k: v for k, v in cfgs[name].items()
-                            if k not in ("train", "name", "run_dir", "fork")}
+                            if k not in ("train", "data", "name", "run_dir", "fork")}
+            # it validates on the family's own seed's samples: its loss reads on the frontier
+            assert variant["data"] == {**cfgs[name]["data"], "valid_seed": 1234}
             other = ("seed", *BOOKKEEPING)  # a trunk variant keeps only its forks' checkpoints
             assert {k: v for k, v in variant["train"].items() if k not in other} == {
                 k: v for k, v in cfgs[name]["train"].items() if k not in other}

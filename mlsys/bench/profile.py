@@ -32,7 +32,9 @@ branches from the variant with the same lr.
 headline runs again at other seeds (``train.seed``: initialisation, data order, the
 transitions' noise), each named ``<run>-seed<k>``, with the runs they fork from at the same
 seed (``stable-lr2e-3-seed1235``): the run at the family's own seed keeps its plain name, so
-adding seeds leaves the existing runs, and their committed results, as they were.
+adding seeds leaves the existing runs, and their committed results, as they were. Every
+variant validates on the family's own seed's samples (``data.valid_seed``), so a seed's loss
+reads on the one frontier (measure (b)) as the family's own runs do.
 
 ``load_profile`` raises ``ConfigError`` naming the file and field; ``run_configs`` gives the
 run configs of one family (each validated by ``mlsys.config`` before anything trains).
@@ -213,10 +215,11 @@ def expand(runs: dict[str, dict[str, Any]], grid: list[float] | None = None
     return out
 
 
-def with_seeds(runs: dict[str, dict[str, Any]], seeds: Seeds | None
+def with_seeds(runs: dict[str, dict[str, Any]], seeds: Seeds | None, own_seed: int
                ) -> dict[str, dict[str, Any]]:
     """``runs`` (expanded) and, after them, every run of ``seeds.runs`` at each seed, each
-    preceded by the seed variant of the run it forks from (recursively)."""
+    preceded by the seed variant of the run it forks from (recursively). A variant validates
+    on the samples of ``own_seed`` (``data.valid_seed``), the family's runs' samples."""
     if seeds is None:
         return runs
     unknown = [r for r in seeds.runs if r not in runs]
@@ -229,6 +232,7 @@ def with_seeds(runs: dict[str, dict[str, Any]], seeds: Seeds | None
         if variant not in out:
             cfg = copy.deepcopy(runs[name])
             cfg["train"] = {**cfg.get("train", {}), "seed": seed}
+            cfg["data"] = {**cfg.get("data", {}), "valid_seed": own_seed}
             if "fork" in cfg:
                 cfg["fork"] = {**cfg["fork"], "from": add(cfg["fork"]["from"], seed)}
             out[variant] = cfg
@@ -325,7 +329,8 @@ def run_configs(profile: Profile, family: str, out: Path, scale: float = 1.0
     if profile.seeds is not None and own_seed in profile.seeds.values:
         raise ConfigError(f"seeds.values: {own_seed} is the family's own seed "
                           f"(families.{family}.train.seed): its runs are the plain-named ones")
-    for name, run in with_seeds(expand(profile.runs, grid), profile.seeds).items():
+    for name, run in with_seeds(expand(profile.runs, grid), profile.seeds,
+                                      own_seed).items():
         cfg = _merged(shared, run)
         cfg["schedule"] = {**cfg.get("schedule", {}), "scale": scale}
         cfg["name"] = f"{family}-{name}"

@@ -3,8 +3,9 @@ other seeds (a profile's ``seeds``: runs named ``<run>-seed<k>``), compared seed
 
 Pure functions over the rows ``mlsys.bench.compare.summarize`` makes and the runs' records.
 Per seed ``k``, measure (a) is paired: the V-cycle at seed ``k`` against the target baseline
-at seed ``k`` (its own target loss, its own FLOPs to it), so the seed's initialisation, data
-order and evaluation batches are the same on both sides. Measure (b) reads the one baseline
+at seed ``k`` (its own target loss, its own FLOPs to it), so the seed's initialisation and
+data order are the same on both sides. Every variant validates on the family's own seed's
+samples (``data.valid_seed``), so measure (b) reads the seed's loss on the one baseline
 frontier (tuned at the family's own seed; the frontier's own seed noise is not measured, the
 target baseline's spread below shows its size); a seed whose V-cycle ends below the whole
 frontier gets (b)'s lower bound, the saving against the frontier's last point (as

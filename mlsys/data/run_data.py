@@ -120,6 +120,11 @@ def _text_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunDat
     train, valid, _ = build_datasets(cfg.kind, source, tokenizer_dir, cfg.data.seq_length,
                                      cfg.train.seed, num_samples=(train_samples, valid_samples, 0),
                                      split=cfg.data.split, cache_dir=cache)
+    valid_seed = cfg.data.valid_seed
+    if valid_seed is not None and valid_seed != cfg.train.seed:  # the same build at its seed
+        _, valid, _ = build_datasets(cfg.kind, source, tokenizer_dir, cfg.data.seq_length,
+                                     valid_seed, num_samples=(train_samples, valid_samples, 0),
+                                     split=cfg.data.split, cache_dir=cache)
     kind, max_length = cfg.kind, cfg.model.max_position
 
     hf_files = is_hf(read_meta(tokenizer_dir))

@@ -329,8 +329,8 @@ def run_configs(profile: Profile, family: str, out: Path, scale: float = 1.0
     if profile.seeds is not None and own_seed in profile.seeds.values:
         raise ConfigError(f"seeds.values: {own_seed} is the family's own seed "
                           f"(families.{family}.train.seed): its runs are the plain-named ones")
-    for name, run in with_seeds(expand(profile.runs, grid), profile.seeds,
-                                      own_seed).items():
+    runs = with_seeds(expand(profile.runs, grid), profile.seeds, own_seed)
+    for name, run in runs.items():
         cfg = _merged(shared, run)
         cfg["schedule"] = {**cfg.get("schedule", {}), "scale": scale}
         cfg["name"] = f"{family}-{name}"

@@ -121,9 +121,10 @@ def _text_data(cfg: RunConfig, train_samples: int, valid_samples: int) -> RunDat
                                      cfg.train.seed, num_samples=(train_samples, valid_samples, 0),
                                      split=cfg.data.split, cache_dir=cache)
     valid_seed = cfg.data.valid_seed
-    if valid_seed is not None and valid_seed != cfg.train.seed:  # the same build at its seed
+    if valid_seed is not None and valid_seed != cfg.train.seed:  # its valid split only: a
+        # split's samples depend on its own count, so one train sample spares that index
         _, valid, _ = build_datasets(cfg.kind, source, tokenizer_dir, cfg.data.seq_length,
-                                     valid_seed, num_samples=(train_samples, valid_samples, 0),
+                                     valid_seed, num_samples=(1, valid_samples, 0),
                                      split=cfg.data.split, cache_dir=cache)
     kind, max_length = cfg.kind, cfg.model.max_position
 

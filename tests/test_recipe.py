@@ -27,9 +27,10 @@ CHOSEN = ("scheme", "alpha", "width", "depth", "length", "depth_mapping", "optim
 @pytest.mark.parametrize("profile, family, run, budget, baseline_lr", [
     # cpu-budget at 2000 steps: the best baseline (wsd) and the best cycle both at 2e-3
     ("cpu-budget-gpt", "gpt", "gpt-ls-b2000-lr2e-3", 2000, 2.0e-3),
-    # cpu-small: the baselines best at 5e-4, depth only at 1e-3 (BERT) / 2.5e-4 (ViT), its
-    # last phase cut to 1125 steps
-    ("cpu-small", "bert", "depth-wsd-budget-lr1e-3-s1125", 2000, 5.0e-4),
+    # cpu-budget-bert at 2000 steps: the target and the compound (depth + length) cycle both
+    # at 1e-3, its last phase cut to 1070 steps
+    ("cpu-budget-bert", "bert", "bert-ld-b2000-cut-lr1e-3-s1070", 2000, 1.0e-3),
+    # cpu-small: the baseline best at 5e-4, depth only at 2.5e-4, last phase cut to 1125 steps
     ("cpu-small", "vit", "depth-wsd-budget-lr2.5e-4-s1125", 2000, 5.0e-4),
 ])
 def test_auto_at_the_measured_budget_is_the_measured_run(profile, family, run, budget,

@@ -108,3 +108,19 @@ def test_a_seed_mean_of_lower_bounds_is_said_as_one():
     assert "at_least" not in x["saving_frontier"]  # its own seed's value is a number
     assert "| +10.0 % (`cycle-b2000-x`; ≥ +20.0 % ± 5.0 over the 3 of 3 seeds with a value, " \
            "does not count)" in markdown_curves({"l": [x]})
+
+
+def test_a_saving_that_counts_over_seeds_is_preferred_to_a_better_single_seed():
+    """cycle-b2000-x saves more at its own seed, but only cycle-b2000-z's saving holds at
+    every seed: the point is z's, with its spread; without z's seeds it would be x's."""
+    z = _row("cycle-b2000-z", 2, 100.0, 0.11, 0.08)
+    seeds = {**COMPARED["seeds"], "runs": COMPARED["seeds"]["runs"] + [
+        {"name": "cycle-b2000-z", "counts": True,
+         "spread_flops": {"n": 3, "mean": 0.10, "std": 0.02},
+         "spread_frontier": {"n": 3, "mean": 0.09, "std": 0.03}}]}
+    p = curve_point({**COMPARED, "runs": COMPARED["runs"] + [z], "seeds": seeds}, 2000, 3.09)
+    assert p["saving_flops"]["run"] == "cycle-b2000-z" and p["saving_flops"]["counts"]
+    assert p["saving_frontier"]["run"] == "cycle-b2000-z"
+    assert _value(p["saving_flops"]) == (0.10, 0.02)
+    alone = curve_point({**COMPARED, "runs": COMPARED["runs"] + [z]}, 2000, 3.09)
+    assert alone["saving_flops"]["run"] == "cycle-b2000-x"

@@ -6,6 +6,9 @@ the V-cycles **of that budget** are those whose training FLOPs are between ``LOW
 of the target baseline's (a cycle of a smaller budget spends far less, one of a larger budget
 more); of those it takes the best by (a) and the best by (b), each with its seed spread where
 the run has seed variants (``mlsys.bench.seeds``: mean ± sample sd, and whether it counts).
+A cycle whose saving counts over its seeds is preferred to any that does not (the best of
+those by its seed mean); only where none counts is the best taken by the own-seed run, so a
+lucky single seed does not stand in for a saving that held at every seed.
 ``update_curves`` merges one line into ``budget-curves.json`` (other lines kept), and
 ``plot_curves`` draws every line: (a) and (b) against tokens per parameter, the spread as
 error bars. Pure functions except the two writers.
@@ -41,8 +44,9 @@ def _measure(row: dict[str, Any], key: str) -> float | None:
 
 def curve_point(compared: dict[str, Any], budget: int, tokens_per_param: float
                 ) -> dict[str, Any]:
-    """One budget's point: the target, and per measure the best V-cycle of the budget (its
-    name, single-run value, and seed spread if it has seed variants); a measure with no
+    """One budget's point: the target, and per measure the best V-cycle of the budget (one
+    whose saving counts over its seeds first, by its seed mean; else by the own-seed run): its
+    name, single-run value, and seed spread if it has seed variants; a measure with no
     V-cycle value is None."""
     rows = {r["name"]: r for r in compared["runs"]}
     full = rows[compared["target"]]["flops_total"]
@@ -59,7 +63,13 @@ def curve_point(compared: dict[str, Any], budget: int, tokens_per_param: float
         if not valued:
             point[key] = None
             continue
-        best, value = max(valued, key=lambda rv: rv[1])
+        counting = [(r, v) for r, v in valued
+                    if (sr := _seeded(compared, r["name"])) and sr["counts"]]
+        if counting:
+            best, value = max(counting, key=lambda rv: _seeded(
+                compared, rv[0]["name"])[spread_key]["mean"])
+        else:
+            best, value = max(valued, key=lambda rv: rv[1])
         seeded = _seeded(compared, best["name"])
         point[key] = {"run": best["name"], "value": value,
                       **({"at_least": True} if best[key] is None else {}),
@@ -99,7 +109,8 @@ def _value(m: dict[str, Any] | None) -> tuple[float | None, float]:
 
 def plot_curves(curves: dict[str, Any], png: Path) -> Path:
     """(a) and (b) against tokens per parameter (log), one line per entry of ``curves``,
-    seed spreads as error bars (single runs without)."""
+    seed spreads as error bars (single runs without), a lower bound (a cycle below the whole
+    frontier) as an upward triangle."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -108,23 +119,28 @@ def plot_curves(curves: dict[str, Any], png: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True, sharex=True)
     for ax, (key, _, label) in zip(axes, MEASURES, strict=True):
         for line, points in curves.items():
-            xs, ys, es, hollow = [], [], [], []
+            xs, ys, es, hollow, bound = [], [], [], [], []
             for p in points:
                 y, e = _value(p[key])
                 if y is not None:
                     xs.append(p["tokens_per_param"]), ys.append(100 * y), es.append(100 * e)
                     hollow.append(_partial(p[key]))
+                    bound.append(bool(p[key].get("at_least")))
             if xs:
                 bar = ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=line)
                 open_xy = [(x, y) for x, y, h in zip(xs, ys, hollow, strict=True) if h]
                 if open_xy:  # not every seed has a value: a ring over the marker
                     ax.scatter(*zip(*open_xy, strict=True), s=90, facecolors="white",
                                edgecolors=bar[0].get_color(), zorder=3)
+                up_xy = [(x, y) for x, y, u in zip(xs, ys, bound, strict=True) if u]
+                if up_xy:  # below the whole frontier: a lower bound, an arrow up
+                    ax.scatter(*zip(*up_xy, strict=True), s=110, marker="^",
+                               color=bar[0].get_color(), zorder=3)
         ax.axhline(0.0, color="grey", lw=0.8)
         ax.set_xscale("log")
         ax.set_xlabel("budget: tokens per parameter")
-        ax.set_title(f"saved {label}\n(hollow: not every seed has a value; the own seed's)",
-                     fontsize=10)
+        ax.set_title(f"saved {label}\n(hollow: not every seed has a value, the own seed's; "
+                     "▲: a lower bound)", fontsize=10)
     axes[0].set_ylabel("FLOPs saved by the best V-cycle (%)")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
@@ -167,7 +183,8 @@ def write_curves_page(folder: Path, curves: dict[str, Any], cmd: str) -> Path:
         f"<!-- Written by the benchmark (mlsys/bench/budget_curve.py). Do not edit: run {cmd} "
         "for each line -->", "", "# The saving against the budget", "",
         "The best V-cycle of each budget (training FLOPs 50–100 % of the target baseline's) by "
-        "measure (a) and by measure (b) ([docs/benchmark.md](../benchmark.md)), chosen by its "
+        "measure (a) and by measure (b) ([docs/benchmark.md](../benchmark.md)): one whose saving "
+        "counts over its seeds first (the best by its seed mean), else the best by its "
         "own-seed run; plotted: the mean and sample sd over its seeds where every seed has a "
         "value, else the own-seed run (no bar). A saving "
         "counts where its mean exceeds its sd over ≥ 3 seeds. Tokens per parameter as "

@@ -63,14 +63,13 @@ def curve_point(compared: dict[str, Any], budget: int, tokens_per_param: float
         if not valued:
             point[key] = None
             continue
-        counting = [(r, v) for r, v in valued
-                    if (sr := _seeded(compared, r["name"])) and sr["counts"]]
+        seeds_of = {r["name"]: _seeded(compared, r["name"]) for r, _ in valued}
+        counting = [(r, v) for r, v in valued if (seeds_of[r["name"]] or {}).get("counts")]
         if counting:
-            best, value = max(counting, key=lambda rv: _seeded(
-                compared, rv[0]["name"])[spread_key]["mean"])
+            best, value = max(counting, key=lambda rv: seeds_of[rv[0]["name"]][spread_key]["mean"])
         else:
             best, value = max(valued, key=lambda rv: rv[1])
-        seeded = _seeded(compared, best["name"])
+        seeded = seeds_of[best["name"]]
         point[key] = {"run": best["name"], "value": value,
                       **({"at_least": True} if best[key] is None else {}),
                       "spread": seeded[spread_key] if seeded else None,

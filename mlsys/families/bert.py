@@ -18,7 +18,7 @@ _H = out("hidden")
 # (docs/budget-plan.md section 16): its last phase cut to 1070 steps (100 % of the baseline's
 # FLOPs) saved +18.3 % +- 8.9 (a) and +43.8 % +- 22.8 (b), 11.0 / 27.6 points over the best
 # depth-only cycle (cut to 1125: +7.3 % / +10.5 %), at the baseline's lr (1e-3 for both; 2e-3
-# failed at one seed of three). Not yet measured at longer budgets: auto extrapolates this point.
+# failed at one seed of three). The only point: auto takes it whole at every budget (the nearest).
 RECIPE = Recipe(
     vcycle={**MEASURED_TRANSITION, "width": 1, "depth": 2, "length": 2},
     points=(RecipePoint(3.05, first=0.05, small=0.80, last=0.535, lr=1.0, small_lr=1.0,

@@ -18,13 +18,16 @@ directory it created). SIGTERM / SIGUSR1 / SIGINT: checkpoint and exit 0 (before
 step: exit 0 at once, nothing to save). Exit 2: a bad config, data that does not fit it, or a
 run directory that cannot be used as asked (nothing was changed); 3: a non-finite loss or
 gradient, or a checkpoint that could not be written (the message says which and what is still
-there).
+there). SIGUSR2 prints every thread's Python stack to stderr and training goes on (a run that
+seems stuck: ``kill -USR2 PID``, its data workers too).
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
+import signal
 import sys
 
 
@@ -86,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     # Imports stay inside: configs are validated before torch loads, and DS_ACCELERATOR must be
     # set before deepspeed is imported.
     args = parse_args(argv)
+    faulthandler.register(signal.SIGUSR2, all_threads=True)  # inherited by the data workers
     _distributed_env(args.local_rank)
     from mlsys.config import ConfigError
 

@@ -5,6 +5,7 @@ launch/train.py on gloo through mlsys.distributed.spawn."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -58,7 +59,7 @@ def train(config: Path, ds: str, nproc: int = 2, extra: tuple[str, ...] = (),
 
     procs = start(config, ds, nproc, extra, log, environ)
     deadline = time.time() + timeout
-    code = wait_ranks(procs) if timeout is None else _wait(procs, deadline)
+    code = wait_ranks(procs) if timeout is None else _wait(procs, deadline, log)
     if code != 0:
         tail = log.read_text()[-4000:] if log is not None else ""
         raise AssertionError(f"training exited {code}\n{tail}")
@@ -87,15 +88,46 @@ def keep_only_checkpoint(run_dir: Path, phase: int, step_in_phase: int) -> str:
     return inside[-1]
 
 
-def _wait(procs: list[subprocess.Popen], deadline: float) -> int:
+def _wait(procs: list[subprocess.Popen], deadline: float, log: Path | None = None) -> int:
+    """Every rank's exit code (the first nonzero); past ``deadline``: each rank and its data
+    workers print their threads' stacks (SIGUSR2, launch/train.py) into the log, then are
+    killed, and the AssertionError carries the log's tail."""
     for p in procs:
         try:
             p.wait(timeout=max(1.0, deadline - time.time()))
         except subprocess.TimeoutExpired:
+            stuck = [pid for q in procs for pid in (q.pid, *_children(q.pid))]
+            for pid in stuck:
+                _signal(pid, signal.SIGUSR2)
+            time.sleep(3.0)
+            for pid in stuck:
+                _signal(pid, signal.SIGKILL)
             for q in procs:
-                q.kill()
-            raise
+                q.wait()
+            tail = log.read_text()[-12000:] if log is not None else ""
+            raise AssertionError(f"training did not end in time (pids {stuck}); the stacks "
+                                 f"of every thread then:\n{tail}") from None
     return next((p.returncode for p in procs if p.returncode != 0), 0)
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (from /proc)."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def exported_val_loss(config_path: Path, final_dir: Path, auto_class: type) -> float:

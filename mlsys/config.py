@@ -313,8 +313,9 @@ class TrainConfig(_Strict):
     honoured within K steps. May change on resume."""
     data_workers: int = Field(default=1, ge=0)
     """Loader processes collating the next micro-batches while a step runs; 0: collated in
-    the training process. The data and its order do not depend on it. May change on
-    resume."""
+    the training process. Forked once per rank when training starts or resumes, and kept for
+    every phase (never forked after a transition). The data and its order do not depend on
+    it. May change on resume."""
     export_levels: bool = True
     """At every transition, export the finished phase's model like ``final/`` (a Hugging Face
     model with its tokenizer or image processor) to ``levels/phase<p>-level<k>/``; false:

@@ -1,8 +1,10 @@
 """A length level on 2 gloo ranks under ZeRO-3 with the Adam state mapped across transitions
 (GPT-2, width 2 and length 2 per coalescing step): no sample is read twice across the changes
 of k (the indices the loaders were asked for, over both ranks and all three phases, are
-exactly the first steps x global-batch samples, each once), and a resume from the checkpoint
-inside the length level logs the uninterrupted run's losses (fp32, within 1e-5)."""
+exactly the first steps x global-batch samples, each once) and they come from one loader per
+process (its data workers forked once, never after a transition: mlsys.data.loader), and a
+resume from the checkpoint inside the length level logs the uninterrupted run's losses (fp32,
+within 1e-5) from one loader again."""
 
 from __future__ import annotations
 
@@ -28,6 +30,12 @@ def _reads(directory: Path) -> dict[str, str]:
     return {"PYTHONPATH": f"{HOOK}{os.pathsep}{REPO}", "MLSYS_TEST_READS": str(directory)}
 
 
+def _loaders(directory: Path) -> list[list[int]]:
+    """Each rank's loaders, in rank order (every line of both ranks' ``.loaders`` files)."""
+    return [json.loads(line) for r in range(2)
+            for line in (directory / f"rank{r}.loaders").read_text().splitlines()]
+
+
 @pytest.mark.slow
 def test_length_level_on_two_ranks_zero3_with_mapped_adam(gpt_data: dict, tmp_path: Path):
     raw = run_config("gpt", gpt_data["tokenizer_dir"], gpt_data["data_prefix"],
@@ -48,6 +56,7 @@ def test_length_level_on_two_ranks_zero3_with_mapped_adam(gpt_data: dict, tmp_pa
     read = [i for r in range(2) for line in (tmp_path / "reads" / f"rank{r}").read_text()
             .splitlines() for i in json.loads(line)]
     assert sorted(read) == list(range(total * g))  # each sample once, k = 1, 2, 1
+    assert _loaders(tmp_path / "reads") == [[0, total]] * 2  # [consumed, steps], each rank
 
     # Resume inside the length level (global step 4, its 2nd step): the same losses.
     keep_only_checkpoint(tmp_path / "run", phase=1, step_in_phase=2)
@@ -55,4 +64,5 @@ def test_length_level_on_two_ranks_zero3_with_mapped_adam(gpt_data: dict, tmp_pa
           environ=_reads(tmp_path / "reads-resume"))
     again = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert sum(r["event"] == "resume" for r in again) == 1
+    assert _loaders(tmp_path / "reads-resume") == [[4 * g, total - 4]] * 2
     assert_same(records, again)

@@ -5,6 +5,15 @@ this rank for every step from ``consumed`` on (``micro_indices``), so the data a
 not depend on how many workers read ahead: resuming at any ``consumed_samples`` reads what an
 uninterrupted run would have read. ``workers`` processes collate batches while the step runs
 (0: in this process, when asked); pinned memory where a GPU is present.
+
+The training controller makes one ``StepBatches`` for the rest of a run (every phase reads the
+same stream), so its workers are forked once, at the start, and never right after a V-cycle
+transition. A fork copies every lock another thread holds at that instant into the child, where
+nothing will ever release it; a transition is when this process's threads churn (the engine is
+rebuilt, the export starts tqdm's monitor thread, a closing loader's queue threads exit), and a
+worker forked then hung before its first instruction on CPython's thread-state lock
+(``PyOS_AfterFork_Child``, seen once under load). glibc's ``atexit`` lock, taken by a thread
+initialising a static, can hang a worker the same way (pytorch/pytorch#130610).
 """
 
 from __future__ import annotations
@@ -61,11 +70,9 @@ class StepBatches:
         return [next(self._it) for _ in range(self.accum)]
 
     def close(self, timeout: float = 30.0) -> None:
-        """Stop the workers and wait until the threads feeding their queues have exited.
-        Forking the next loader's workers while such a thread is still deleting its thread
-        state copies CPython's interpreter-state lock held into the child, which then hangs
-        before its first instruction (CPython 3.11; seen here right after a V-cycle
-        transition, in ``PyOS_AfterFork_Child``). Closed queues' feeders exit promptly."""
+        """Stop the workers and wait until the threads feeding their queues have exited (a
+        later fork in this process, another run's loader, then copies none of their locks).
+        Idempotent."""
         it, self._it = self._it, None
         if it is None or not hasattr(it, "_shutdown_workers"):
             return

@@ -189,21 +189,19 @@ class Controller:
         self._record("checkpoint", tag=tag)
         self.log.flush()
 
-    def _run_phase(self, bar: Progress) -> bool:
-        """Train the rest of the current phase; False if stopped by a signal. The next
-        micro-batches are prepared while a step runs; losses stay on the device until a step
-        record is written (every ``log_every`` steps and before every evaluation, checkpoint
-        and phase end), the one host sync of that interval. The ranks agree on a stop signal
-        at that record, so a signal is honoured within ``log_every`` steps."""
+    def _run_phase(self, bar: Progress, data: StepBatches) -> bool:
+        """Train the rest of the current phase on ``data`` (the run's micro-batch stream);
+        False if stopped by a signal. The next micro-batches are prepared while a step runs;
+        losses stay on the device until a step record is written (every ``log_every`` steps
+        and before every evaluation, checkpoint and phase end), the one host sync of that
+        interval. The ranks agree on a stop signal at that record, so a signal is honoured
+        within ``log_every`` steps."""
         s, t, v = self.state, self.cfg.train, self.cfg.vcycle
         steps, _ = self.cfg.phase_steps(s.phase)
         level = self.cfg.phases[s.phase].level
         length = v.length_factor(level)
         after_up = s.phase > 0 and self.cfg.phases[s.phase - 1].level > level
         dropout = DropoutWindow(self.engine.module, after_up, v.dropout, v.dropout_steps)
-        data = StepBatches(self.data.train, self.data.collate, s.consumed_samples,
-                           steps - s.step_in_phase, self.micro, self.world, self.rank,
-                           self.accum, t.global_batch_size, t.data_workers)
         window = LossWindow()
         while s.step_in_phase < steps:
             rate = dropout.at(s.step_in_phase)
@@ -228,7 +226,6 @@ class Controller:
                 self._checkpoint()
                 self._record("preempted", signal=self.stop.signal)
                 return False
-        data.close()  # its workers and queue threads gone before the next phase forks anew
         return True
 
     def _log_steps(self, window: LossWindow, level: int, rate: float | None,
@@ -334,17 +331,26 @@ class Controller:
     def _train(self) -> dict[str, Any]:
         self.stop.immediate = False  # from here a signal is honoured at a record: checkpoint
         self._t0 = time.perf_counter()
-        with Progress(self.cfg.total_steps, self.state.global_step,
+        s, t = self.state, self.cfg.train
+        # One loader for the rest of the run: its workers are forked here, once, and never
+        # after a transition (mlsys.data.loader: why forking there can hang a worker).
+        data = StepBatches(self.data.train, self.data.collate, s.consumed_samples,
+                           self.cfg.total_steps - s.global_step, self.micro, self.world,
+                           self.rank, self.accum, t.global_batch_size, t.data_workers)
+        with Progress(self.cfg.total_steps, s.global_step,
                       enabled=self.show_progress and self.rank == 0) as bar:
-            finished = self._run_phase(bar)
-            while finished and self.state.phase < len(self.cfg.phases) - 1:
-                self._transition()
-                self._checkpoint()
-                if self._stop_agreed():
-                    self._record("preempted", signal=self.stop.signal)
-                    finished = False
-                    break
-                finished = self._run_phase(bar)
+            try:
+                finished = self._run_phase(bar, data)
+                while finished and s.phase < len(self.cfg.phases) - 1:
+                    self._transition()
+                    self._checkpoint()
+                    if self._stop_agreed():
+                        self._record("preempted", signal=self.stop.signal)
+                        finished = False
+                        break
+                    finished = self._run_phase(bar, data)
+            finally:
+                data.close()
         if finished:
             return self._finish()
         self._destroy_engine()

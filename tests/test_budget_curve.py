@@ -124,3 +124,19 @@ def test_a_saving_that_counts_over_seeds_is_preferred_to_a_better_single_seed():
     assert _value(p["saving_flops"]) == (0.10, 0.02)
     alone = curve_point({**COMPARED, "runs": COMPARED["runs"] + [z]}, 2000, 3.09)
     assert alone["saving_flops"]["run"] == "cycle-b2000-x"
+
+
+def test_each_measure_says_whether_it_counts():
+    """(a) holds over three seeds while (b) is a mean of lower bounds: the (a) cell counts,
+    the (b) cell does not, though the cycle as a whole does not count."""
+    v = {**_row("cycle-b2000-v", 2, 100.0, 0.5, None), "saving_frontier_at_least": 0.5}
+    seeds = {**COMPARED["seeds"], "runs": [
+        {"name": "cycle-b2000-v", "counts": False,
+         "spread_flops": {"n": 3, "mean": 0.52, "std": 0.004},
+         "spread_frontier": {"n": 3, "mean": 0.5, "std": 0.0, "at_least": True}}]}
+    p = curve_point({**COMPARED, "runs": COMPARED["runs"] + [v], "seeds": seeds}, 2000, 3.09)
+    assert p["saving_flops"]["run"] == p["saving_frontier"]["run"] == "cycle-b2000-v"
+    assert p["saving_flops"]["counts"] and not p["saving_frontier"]["counts"]
+    table = markdown_curves({"l": [p]})
+    assert "+52.0 % ± 0.4 over the 3 of 3 seeds with a value, counts)" in table
+    assert "≥ +50.0 % ± 0.0 over the 3 of 3 seeds with a value, does not count)" in table

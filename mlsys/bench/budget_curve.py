@@ -5,10 +5,11 @@ tokens per parameter, one line per profile and family (issue 25's plot).
 the V-cycles **of that budget** are those whose training FLOPs are between ``LOW`` and 100 %
 of the target baseline's (a cycle of a smaller budget spends far less, one of a larger budget
 more); of those it takes the best by (a) and the best by (b), each with its seed spread where
-the run has seed variants (``mlsys.bench.seeds``: mean ± sample sd, and whether it counts).
-A cycle whose saving counts over its seeds is preferred to any that does not (the best of
-those by its seed mean); only where none counts is the best taken by the own-seed run, so a
-lucky single seed does not stand in for a saving that held at every seed.
+the run has seed variants (``mlsys.bench.seeds``: mean ± sample sd, and whether that
+measure's saving counts). A cycle whose savings count over its seeds is preferred to any
+that does not (the best of those by its seed mean); only where none counts is the best taken
+by the own-seed run, so a lucky single seed does not stand in for a saving that held at every
+seed.
 ``update_curves`` merges one line into ``budget-curves.json`` (other lines kept), and
 ``plot_curves`` draws every line: (a) and (b) against tokens per parameter, the spread as
 error bars. Pure functions except the two writers.
@@ -21,11 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from mlsys.atomic import write_json, write_text
+from mlsys.bench.seeds import counts
 from mlsys.train.metrics import save_figure
 
 LOW = 0.5  # a cycle of budget B spends 50-100 % of B's baseline FLOPs
 MEASURES = (("saving_flops", "spread_flops", "(a) to the target"),
             ("saving_frontier", "spread_frontier", "(b) on the frontier"))
+
+
+def _measure_counts(s: dict[str, Any]) -> bool:
+    """Whether one measure's saving counts over its seeds (a mean of lower bounds never does);
+    a cycle is preferred where both of its measures count (``seed_table``'s ``counts``)."""
+    return counts(s) and not s.get("at_least")
 
 
 def _seeded(compared: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -74,7 +82,7 @@ def curve_point(compared: dict[str, Any], budget: int, tokens_per_param: float
                       **({"at_least": True} if best[key] is None else {}),
                       "spread": seeded[spread_key] if seeded else None,
                       "seeds": len(compared["seeds"]["seeds"]) if seeded else 1,
-                      "counts": seeded["counts"] if seeded else False}
+                      "counts": _measure_counts(seeded[spread_key]) if seeded else False}
     return point
 
 
@@ -186,9 +194,10 @@ def write_curves_page(folder: Path, curves: dict[str, Any], cmd: str) -> Path:
         "counts over its seeds first (the best by its seed mean), else the best by its "
         "own-seed run; plotted: the mean and sample sd over its seeds where every seed has a "
         "value, else the own-seed run (no bar). A saving "
-        "counts where its mean exceeds its sd over ≥ 3 seeds. Tokens per parameter as "
-        "`vcycle.recipe: auto` reads them (`mlsys/recipe.py`: biases and norms left out, "
-        "0.5 % fewer than the README's count), so this axis is the recipe rule's.", "",
+        "counts where its mean exceeds its sd over ≥ 3 seeds, each measure on its own (a "
+        "mean of lower bounds, ≥, never counts); a cycle counts where both do. Tokens per "
+        "parameter as `vcycle.recipe: auto` reads them (`mlsys/recipe.py`: biases and norms "
+        "left out, 0.5 % fewer than the README's count), so this axis is the recipe rule's.", "",
         "![saving against tokens per parameter](budget-curves.png)", "",
         markdown_curves(curves), ""])
     return write_text(folder / "budget-curves.md", text)

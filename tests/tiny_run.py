@@ -52,17 +52,23 @@ def start(config: Path, ds: str, nproc: int = 2, extra: tuple[str, ...] = (),
 
 
 def train(config: Path, ds: str, nproc: int = 2, extra: tuple[str, ...] = (),
-          log: Path | None = None, timeout: float = 900,
+          log: Path | None = None, timeout: float | None = 900,
           environ: dict[str, str] | None = None) -> None:
-    """Run launch/train.py on ``nproc`` ranks to completion; AssertionError with the log tail."""
+    """Run launch/train.py on ``nproc`` ranks to completion; AssertionError with the log tail.
+    A rank still running ``timeout`` seconds after the start, or after a peer failed (blocked
+    in a collective with it; ``wait_ranks``), prints its threads' stacks into the log first."""
     from mlsys.distributed.spawn import wait_ranks
 
     procs = start(config, ds, nproc, extra, log, environ)
-    deadline = time.time() + timeout
-    code = wait_ranks(procs) if timeout is None else _wait(procs, deadline, log)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        code = wait_ranks(procs, deadline=deadline, end=_stop_with_stacks)
+        what = f"exited {code}"
+    except TimeoutError as stuck:
+        code, what = -1, f"did not end in time ({stuck}); the stacks of every thread then:"
     if code != 0:
         tail = log.read_text()[-12000:] if log is not None else ""
-        raise AssertionError(f"training exited {code}\n{tail}")
+        raise AssertionError(f"training {what}\n{tail}")
 
 
 def keep_only_checkpoint(run_dir: Path, phase: int, step_in_phase: int) -> str:
@@ -88,30 +94,9 @@ def keep_only_checkpoint(run_dir: Path, phase: int, step_in_phase: int) -> str:
     return inside[-1]
 
 
-def _wait(procs: list[subprocess.Popen], deadline: float, log: Path | None = None,
-          grace: float = 30.0) -> int:
-    """The first nonzero exit code of a rank, else 0. Ranks still running ``grace`` seconds after
-    another failed (blocked in a collective with it), or past ``deadline``: each of them and
-    its data workers print their threads' stacks (SIGUSR2, launch/train.py) into the log and
-    are killed; past ``deadline`` an AssertionError carries the log's tail."""
-    failed_at, first = None, 0
-    while any(p.poll() is None for p in procs):
-        failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
-        if failed_at is None and failed:
-            failed_at, first = time.time(), failed[0]
-        late = failed_at is not None and time.time() - failed_at > grace
-        if late or time.time() > deadline:
-            stuck = _stop_with_stacks(procs)
-            if not late:
-                tail = log.read_text()[-12000:] if log is not None else ""
-                raise AssertionError(f"training did not end in time (pids {stuck}); the "
-                                     f"stacks of every thread then:\n{tail}")
-        time.sleep(0.2)
-    return first or next((p.returncode for p in procs if p.returncode != 0), 0)
-
-
-def _stop_with_stacks(procs: list[subprocess.Popen]) -> list[int]:
-    """SIGUSR2 (stacks to the log) to every live rank and its children, SIGKILL 3 s later."""
+def _stop_with_stacks(procs: list[subprocess.Popen]) -> None:
+    """SIGUSR2 (every thread's stack to the log, launch/train.py) to every live rank and its
+    children (the data workers), SIGKILL 3 s later."""
     stuck = [pid for q in procs if q.poll() is None for pid in (q.pid, *_children(q.pid))]
     for pid in stuck:
         _signal(pid, signal.SIGUSR2)
@@ -120,7 +105,6 @@ def _stop_with_stacks(procs: list[subprocess.Popen]) -> list[int]:
         _signal(pid, signal.SIGKILL)
     for q in procs:
         q.wait()
-    return stuck
 
 
 def _children(pid: int) -> list[int]:

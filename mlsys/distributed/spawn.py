@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mlsys.distributed.preempt import SIGNALS
@@ -77,15 +77,28 @@ class StopForwarder:
             signal.signal(s, h)
 
 
-def wait_ranks(procs: list[subprocess.Popen], forwarder: StopForwarder | None = None) -> int:
+def kill_ranks(procs: list[subprocess.Popen]) -> None:
+    """SIGKILL every rank still alive and reap it."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        p.wait()
+
+
+def wait_ranks(procs: list[subprocess.Popen], forwarder: StopForwarder | None = None,
+               deadline: float | None = None,
+               end: Callable[[list[subprocess.Popen]], None] = kill_ranks) -> int:
     """Wait for every rank, forwarding stop signals (through ``forwarder`` if given, which then
     also says whether one came; else through its own); the first non-zero exit code, else 0.
-    If a rank fails, the others are terminated (they would wait on it forever), and killed if
-    still alive ``GRACE_SECONDS`` later (a rank blocked in a collective may not get to act on
-    SIGTERM): the launcher returns within about that bound after the first failure."""
+    If a rank fails, the others are terminated (they would wait on it forever), and those still
+    alive ``GRACE_SECONDS`` later (a rank blocked in a collective may not get to act on SIGTERM)
+    are ended by ``end`` (by default SIGKILL; it must leave them exited): the launcher returns
+    within about that bound after the first failure. Past ``deadline`` (``time.monotonic()``),
+    ``end`` ends every rank still running and TimeoutError names their pids."""
     if forwarder is None:
         with StopForwarder() as own:
-            return wait_ranks(procs, own)
+            return wait_ranks(procs, own, deadline, end)
     forwarder.watch(procs)
     codes: dict[int, int] = {}
     failed_at: float | None = None
@@ -102,10 +115,13 @@ def wait_ranks(procs: list[subprocess.Popen], forwarder: StopForwarder | None = 
                 for q in procs:
                     if q.poll() is None:
                         q.terminate()
-        if failed_at is not None and time.monotonic() - failed_at > GRACE_SECONDS:
-            for q in procs:
-                if q.poll() is None:
-                    q.kill()
+        alive = [q for q in procs if q.poll() is None]
+        if alive and failed_at is not None and time.monotonic() - failed_at > GRACE_SECONDS:
+            end(alive)
+        elif alive and deadline is not None and time.monotonic() > deadline:
+            end(alive)
+            raise TimeoutError(f"ranks still running at the deadline: pids "
+                               f"{[q.pid for q in alive]}")
     return next((c for c in codes.values() if c != 0), 0)
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.distributed.spawn import start_ranks
+from mlsys.distributed.spawn import start_ranks, wait_ranks
 from mlsys.train.metrics import read_metrics
-from tests.tiny_run import REPO, _wait, exported_val_loss, write_yaml
+from tests.tiny_run import REPO, exported_val_loss, write_yaml
 
 PHASES = [{"level": 1, "steps": 30, "lr": 1e-3, "warmup": 5},
           {"level": 2, "steps": 60, "lr": 2e-3, "warmup": 5},
@@ -79,7 +79,8 @@ def test_bf16_zero3_vcycle_on_gpus(gpt_data: dict, tmp_path: Path, family: str) 
     assert [p.wait(timeout=300) for p in procs] == [0] * len(procs), log.read_text()[-4000:]
     assert any(r["event"] == "preempted" for r in read_metrics(metrics))
 
-    assert _wait(_start(config, log), time.time() + 900) == 0, log.read_text()[-4000:]
+    code = wait_ranks(_start(config, log), deadline=time.monotonic() + 900)
+    assert code == 0, log.read_text()[-4000:]
     records = read_metrics(metrics)
     assert sum(r["event"] == "resume" for r in records) == 1
     moves = [r for r in records if r["event"] == "transition"]

@@ -30,6 +30,9 @@ CHOSEN = ("scheme", "alpha", "width", "depth", "length", "depth_mapping", "optim
     # cpu-budget-bert at 2000 steps: the target and the compound (depth + length) cycle both
     # at 1e-3, its last phase cut to 1070 steps
     ("cpu-budget-bert", "bert", "bert-ld-b2000-cut-lr1e-3-s1070", 2000, 1.0e-3),
+    # ... and at 6500 and 13500 steps (10 and 20.4 tokens/param), the same cycle scaled
+    ("cpu-budget-bert", "bert", "bert-ld-b6500-cut-lr1e-3-s3478", 6500, 1.0e-3),
+    ("cpu-budget-bert", "bert", "bert-ld-b13500-cut-lr1e-3-s7222", 13500, 1.0e-3),
     # cpu-small: the baseline best at 5e-4, depth only at 2.5e-4, last phase cut to 1125 steps
     ("cpu-small", "vit", "depth-wsd-budget-lr2.5e-4-s1125", 2000, 5.0e-4),
 ])

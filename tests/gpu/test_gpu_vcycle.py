@@ -79,7 +79,10 @@ def test_bf16_zero3_vcycle_on_gpus(gpt_data: dict, tmp_path: Path, family: str) 
     assert [p.wait(timeout=300) for p in procs] == [0] * len(procs), log.read_text()[-4000:]
     assert any(r["event"] == "preempted" for r in read_metrics(metrics))
 
-    code = wait_ranks(_start(config, log), deadline=time.monotonic() + 900)
+    try:
+        code = wait_ranks(_start(config, log), deadline=time.monotonic() + 900)
+    except TimeoutError as stuck:
+        raise AssertionError(f"{stuck}\n{log.read_text()[-4000:]}") from None
     assert code == 0, log.read_text()[-4000:]
     records = read_metrics(metrics)
     assert sum(r["event"] == "resume" for r in records) == 1

@@ -197,7 +197,8 @@ def write_curves_page(folder: Path, curves: dict[str, Any], cmd: str) -> Path:
         "counts where its mean exceeds its sd over ≥ 3 seeds, each measure on its own (a "
         "mean of lower bounds, ≥, never counts); a cycle counts where both do. Tokens per "
         "parameter as `vcycle.recipe: auto` reads them (`mlsys/recipe.py`: biases and norms "
-        "left out, 0.5 % fewer than the README's count), so this axis is the recipe rule's.", "",
+        "left out, 0.5 % fewer than the exported model card's count), so this axis is the "
+        "recipe rule's.", "",
         "![saving against tokens per parameter](budget-curves.png)", "",
         markdown_curves(curves), ""])
     return write_text(folder / "budget-curves.md", text)

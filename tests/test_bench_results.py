@@ -19,6 +19,7 @@ from mlsys.bench.compare import median_step_seconds
 from mlsys.bench.profile import declared_in, load_profile, origin_of, run_configs
 from mlsys.bench.report import NoTarget, compare
 from mlsys.bench.results import compact, read_result, result_path, write_result
+from mlsys.bench.schedule import Progress
 from mlsys.config import ConfigError
 from mlsys.train.checkpoint import complete_tags
 from mlsys.train.metrics import read_metrics
@@ -262,6 +263,13 @@ def test_a_fork_starts_beside_its_source_once_the_checkpoint_exists(
                             results_dir=tmp_path / "other-results")
     assert [r["final_val_loss"] for r in early["runs"]] == \
         [r["final_val_loss"] for r in late["runs"]]
+    configs = run_configs(load_profile("tiny", root), "gpt", out, 1.0)
+    assert runner.progress_of(configs["wsd"]) == Progress(2000, 2000, "stable", 1000)
+    assert runner.progress_of(configs["stable"], forks_only=True) == \
+        Progress(2000, 2000, forks_only=True)
+    fresh = run_configs(load_profile("tiny", root), "gpt", tmp_path / "new", 1.0)
+    assert runner.progress_of(fresh["wsd"]) == Progress(2000, 1000, "stable", 1000)
+    assert runner.progress_of(fresh["stable"]) == Progress(2000, 0)
 
 
 class FakeProc:
@@ -305,6 +313,26 @@ def test_the_scheduler_puts_a_ready_fork_before_a_new_trunk(tmp_path, monkeypatc
     cfg["c-fork"] = {"name": "c-fork", "run_dir": "x", "fork": {"from": "c", "step": 1}}
     runner.train_all(cfg, "ds.json", 1, tmp_path, tmp_path, jobs=2, skip={"c-fork"})
     assert order == ["a", "b", "a-fork", "c"]
+
+
+def test_a_free_slot_goes_to_the_longest_chain_not_the_run_listed_first(tmp_path,
+                                                                       monkeypatch):
+    """At --jobs 2 with three runs from scratch: the two with the longest chains of steps (a
+    trunk through its fork; a long run) start first, the short run listed first waits."""
+    order, polls = [], {}
+    monkeypatch.setattr(runner, "start", lambda cfg, *a, **k: order.append(cfg["name"]) or [
+        FakeProc(cfg["name"], 2, polls)])
+    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    monkeypatch.setattr(runner, "fork_point_ready", lambda cfg, src: False)
+    monkeypatch.setattr(runner, "prepare_default_data", lambda cfg: {})
+    monkeypatch.setattr(runner, "parse_run_config", lambda cfg: cfg)
+    steps = {"short": Progress(500), "trunk": Progress(1000),
+             "trunk-cut": Progress(3000, 800, "trunk", 800), "long": Progress(2000)}
+    monkeypatch.setattr(runner, "progress_of", lambda cfg, forks_only=False: steps[cfg["name"]])
+    cfg = {n: {"name": n, "run_dir": str(tmp_path / n)} for n in steps}
+    cfg["trunk-cut"]["fork"] = {"from": "trunk", "step": 800}
+    runner.train_all(cfg, "ds.json", 1, tmp_path, tmp_path, jobs=2)
+    assert order == ["trunk", "long", "trunk-cut", "short"]
 
 
 def test_a_trunk_run_only_for_its_seed_forks_stops_once_they_branched(
@@ -392,4 +420,5 @@ def test_a_trunk_to_stop_gives_its_slot_to_its_forks_once_their_points_exist(tmp
     cfg["a-fork"] = {"name": "a-fork", "run_dir": "x", "fork": {"from": "a", "step": 3}}
     cfg["b-fork"] = {"name": "b-fork", "run_dir": "y", "fork": {"from": "b", "step": 5}}
     runner.train_all(cfg, "ds.json", 1, tmp_path, tmp_path, jobs=2, sources_only={"a", "b"})
-    assert order == ["a", "b", "a-fork", "b-fork"] and stopped == ["a", "b"]
+    # b first: its fork's point is further (a longer chain); a's fork branches first
+    assert order == ["b", "a", "a-fork", "b-fork"] and stopped == ["a", "b"]

@@ -29,6 +29,7 @@ from mlsys.bench.profile import (
 from mlsys.bench.report import NoTarget, compare, markdown, plot, table
 from mlsys.bench.results import RESULTS, compact, read_result, result_path, write_result
 from mlsys.bench.results_doc import command, page_name, write_page
+from mlsys.bench.schedule import Progress, start_order
 from mlsys.config import ConfigError, parse_run_config
 from mlsys.data.run_data import prepare_default_data
 from mlsys.distributed.spawn import StopForwarder, start_ranks, wait_ranks
@@ -181,14 +182,28 @@ def fork_point_ready(cfg: dict[str, Any], source: dict[str, Any]) -> bool:
         step_of(tag) == cfg["fork"]["step"] for tag in complete_tags(run.checkpoints))
 
 
+def progress_of(cfg: dict[str, Any], forks_only: bool = False) -> Progress:
+    """What the scheduler needs of run ``cfg`` (``mlsys.bench.schedule``): its last step, the
+    step it resumes from (its run directory's newest checkpoint, if that directory holds this
+    config; else its fork step, or 0), where it forks from."""
+    total = parse_run_config(_plain(cfg)).total_steps if "phases" in cfg else 0
+    fork = cfg.get("fork", {})
+    trained, run = fork.get("step", 0), RunDir(cfg["run_dir"])
+    if _same_config(_plain(cfg), run):
+        trained = total if run.is_done() else max(
+            [trained, *(step_of(t) for t in complete_tags(run.checkpoints))])
+    return Progress(total, trained, fork.get("from"), fork.get("step", 0), forks_only)
+
+
 def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, out: Path,
               root: Path, jobs: int, results: Results | None = None,
               skip: set[str] = frozenset(), sources_only: set[str] = frozenset()
               ) -> int | None:
     """Train ``configs`` in order, ``jobs`` at a time (one thread per rank when ``jobs`` > 1,
     output to ``<out>/<name>.log``); a fork waits for its source, at ``jobs`` > 1 only until
-    the source's checkpoint at the fork step exists (``fork_point_ready``; a fork that can
-    start goes before a run from scratch). Runs in ``skip`` (their
+    the source's checkpoint at the fork step exists (``fork_point_ready``), and a free slot
+    goes to the run with the longest chain of steps still to train (``schedule.start_order``:
+    a trunk with long forks before a shorter run listed first). Runs in ``skip`` (their
     committed result stands for them) are not started; every run that finishes (or is found
     finished) gets its committed result written to ``results``. A run in ``sources_only``
     (a trunk trained only for its forks: a seed variant's, or any with ``--stop-trunks``;
@@ -225,7 +240,9 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
     if set(configs) - set(skip):  # the default data, once, before runs race for it
         first = next(iter(configs.values()))
         prepare_default_data(parse_run_config(_plain(first)))
-    pending, running, finished, stopping = list(configs), {}, set(), set()
+    finished = {n for n in configs if skipped(n)}  # they need no slot, nor their source
+    pending, running, stopping = [n for n in configs if n not in finished], {}, set()
+    progress = {n: progress_of(configs[n], n in sources_only) for n in pending}
 
     def forks_waiting(source: str) -> bool:  # a fork still to branch past the source's end
         return any(n in pending and not fork_point_ready(c, configs[source])
@@ -242,15 +259,9 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
 
     with StopForwarder() as stop:
         while (pending and stop.signum is None) or running:
-            # a fork that can branch goes before a run that starts from scratch: the trunk's
-            # checkpoints are freed sooner, and a trunk trains beside its own decays
-            for name in sorted(pending, key=lambda n: "fork" not in configs[n]):
+            for name in start_order(pending, progress):
                 if stop.signum is not None:
                     break
-                if skipped(name):  # needs no slot, nor its source
-                    pending.remove(name)
-                    finished.add(name)
-                    continue
                 if name in sources_only and not forks_waiting(name):  # nothing to train for
                     print(f"== {configs[name]['name']}: every fork point is reached; not "
                           "started", flush=True)

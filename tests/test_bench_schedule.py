@@ -34,8 +34,8 @@ def test_a_fork_whose_source_is_finished_elsewhere_counts_its_own_steps():
 
 
 def test_the_trunk_of_the_longest_chain_starts_before_runs_listed_first():
-    """The case that cost a session 34 minutes: two resumed runs listed first (5,700 and 5,100
-    steps left) and a from-scratch cycle whose cut makes an 18,700-step chain."""
+    """Two resumed runs listed first (5,700 and 5,100 steps left) wait for a from-scratch
+    cycle whose cut makes an 18,700-step chain (budget-plan §20)."""
     runs = {"cut-seed1235": Progress(total=18697, trained=13028, source="cycle-1235",
                                      fork_step=11475),
             "stable-seed1236": Progress(total=10800, trained=5704),

@@ -242,7 +242,9 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
         prepare_default_data(parse_run_config(_plain(first)))
     finished = {n for n in configs if skipped(n)}  # they need no slot, nor their source
     pending, running, stopping = [n for n in configs if n not in finished], {}, set()
-    progress = {n: progress_of(configs[n], n in sources_only) for n in pending}
+    # the start order, once: the chains are read from the checkpoints as they are now
+    order = start_order(pending, {n: progress_of(configs[n], n in sources_only)
+                                  for n in pending})
 
     def forks_waiting(source: str) -> bool:  # a fork still to branch past the source's end
         return any(n in pending and not fork_point_ready(c, configs[source])
@@ -259,7 +261,7 @@ def train_all(configs: dict[str, dict[str, Any]], ds_config: str, ranks: int, ou
 
     with StopForwarder() as stop:
         while (pending and stop.signum is None) or running:
-            for name in start_order(pending, progress):
+            for name in [n for n in order if n in pending]:
                 if stop.signum is not None:
                     break
                 if name in sources_only and not forks_waiting(name):  # nothing to train for

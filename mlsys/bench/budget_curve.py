@@ -125,7 +125,7 @@ def plot_curves(curves: dict[str, Any], png: Path) -> Path:
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True, sharex=True)
     for ax, (key, _, label) in zip(axes, MEASURES, strict=True):
-        for line, points in curves.items():
+        for i, (line, points) in enumerate(curves.items()):  # one colour a line, both panels
             xs, ys, es, hollow, bound = [], [], [], [], []
             for p in points:
                 y, e = _value(p[key])
@@ -134,7 +134,8 @@ def plot_curves(curves: dict[str, Any], png: Path) -> Path:
                     hollow.append(_partial(p[key]))
                     bound.append(bool(p[key].get("at_least")))
             if xs:
-                bar = ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=line)
+                bar = ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=line,
+                                  color=f"C{i}")
                 open_xy = [(x, y) for x, y, h in zip(xs, ys, hollow, strict=True) if h]
                 if open_xy:  # not every seed has a value: a ring over the marker
                     ax.scatter(*zip(*open_xy, strict=True), s=90, facecolors="white",
@@ -149,7 +150,9 @@ def plot_curves(curves: dict[str, Any], png: Path) -> Path:
         ax.set_title(f"saved {label}\n(hollow: not every seed has a value, the own seed's; "
                      "▲: a lower bound)", fontsize=10)
     axes[0].set_ylabel("FLOPs saved by the best V-cycle (%)")
-    axes[0].legend(fontsize=8)
+    for ax in axes:  # each panel names its own lines (a line may have no point in one)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     return save_figure(fig, png, dpi=110)
 

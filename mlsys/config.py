@@ -392,7 +392,7 @@ class VCycleConfig(_Strict):
     ``vcycle.dropout``; 0: off."""
     recipe: Literal["none", "auto", "chosen"] = "none"
     """``none``: the phases and the fields above as written. ``auto``: the family's measured
-    best V-cycle at this budget (``mlsys.recipe``, the rule in ``Family.recipe``): the config
+    best V-cycle at this budget (``mlsys.recipe``, the rule in ``Family.recipes``): the config
     gives one level-1 phase, the baseline the cycle replaces (its steps are the budget, its
     lr and warmup the baseline's), and the recipe sets the phases, ``schedule.span: run`` and
     the vcycle fields of its shape (given with another value than the recipe's, one of

@@ -5,20 +5,21 @@ A run config that asks for it gives one level-1 phase, the baseline the cycle re
     vcycle: {recipe: auto}
     phases: [{level: 1, steps: 2000, lr: 2.0e-3, warmup: 50}]   # the budget B, its lr
 
-``expand_recipe`` turns that into the cycle the family's ``Recipe`` (``mlsys/families/``)
-gives at this budget: its ``vcycle`` fields and the point's ``shape``, ``schedule.span: run``
-(one schedule over the whole cycle, ``train.decay`` as the config says), and three phases,
-level 1 for ``first`` × B steps (the baseline's warmup), level 2 for ``small`` × B, level 1 for
-``last`` × B (each re-warming over ``rewarm`` × B), at the baseline's lr times the point's
-``lr`` (level 2 times ``small_lr`` again). The budget is read as tokens per parameter, B ×
-global_batch_size × seq_length / ``parameters``; between two measured points of the same
-shape every number is interpolated linearly in log(tokens per parameter), between two of
-different shapes (a cycle with a length level above one without) the point nearer in log
-budget is taken whole, outside them the nearest point is taken; from the geometric mean of
-the last point's budget and a ``no_saving`` budget (where
-the cycle was measured to cost more than the baseline) up, the baseline is kept as given, one
-level-1 phase. The result says ``vcycle.recipe: chosen`` and, in ``vcycle.chosen``, what was chosen
-and from which measurements, so it validates as itself (a run's ``run_config.json``).
+``expand_recipe`` turns that into the cycle the family's ``Recipe`` (``mlsys/families/``; of
+several, the one measured on the model size nearest to this one's in log, sizes counted as the
+weights of the layers' linear maps) gives at this budget: its ``vcycle`` fields and the point's
+``shape``, ``schedule.span: run`` (one schedule over the whole cycle, ``train.decay`` as the
+config says), and three phases, level 1 for ``first`` × B steps (the baseline's warmup), level
+2 for ``small`` × B, level 1 for ``last`` × B (each re-warming over ``rewarm`` × B), at the
+baseline's lr times the point's ``lr`` (level 2 times ``small_lr`` again). The budget is read
+as tokens per parameter, B × global_batch_size × seq_length / ``parameters``; between two
+measured points of the same shape every number is interpolated linearly in log(tokens per
+parameter), between two of different shapes (a cycle with a length level above one without) the
+point nearer in log budget is taken whole, outside them the nearest point is taken; from the
+geometric mean of the last point's budget and a ``no_saving`` budget (where the cycle was
+measured to cost more than the baseline) up, the baseline is kept as given, one level-1 phase.
+The result says ``vcycle.recipe: chosen`` and, in ``vcycle.chosen``, what was chosen and from
+which measurements, so it validates as itself (a run's ``run_config.json``).
 
 Pure functions on plain mappings (a validated ``RunConfig.model_dump()``); ``ValueError``
 names the field.
@@ -46,11 +47,10 @@ def vocabulary(data: dict[str, Any]) -> int:
                      "parameter; with your own tokenizer set model.vocab_size to its vocabulary")
 
 
-def parameters(model: dict[str, Any], family: Family, vocab: int, seq_length: int) -> int:
-    """Weights of the model the section describes: every linear map of the layers, the
-    token embedding (a tied LM head once; none for a classifier), a head transform, the
-    patch embedding and the learned position table. Biases and norms are left out (0.5 % of
-    GPT-2 at ``cpu-small``: 1,327,104 of 1,334,016; 1.0 % of its ViT)."""
+def layer_weights(model: dict[str, Any], family: Family) -> int:
+    """Weights of the linear maps of the layers the model section describes (attention and
+    feed-forward; embeddings, heads, biases and norms left out): the size a ``Recipe`` is
+    keyed by (cpu-small's 4 × 128 models: 786,432)."""
     h, heads = model["hidden_size"], model["num_heads"]
     extra = model.get("extra") or {}
     f = family.fields
@@ -59,7 +59,16 @@ def parameters(model: dict[str, Any], family: Family, vocab: int, seq_length: in
     kv_heads = (extra.get(f.kv_heads) if f.kv_heads else None) or heads
     ffn = model.get("ffn_size") or (f.ffn_default_multiple or 4) * h
     q, kv = heads * head_dim, kv_heads * head_dim
-    n = model["num_layers"] * (2 * h * q + 2 * h * kv + family.ffn_maps * h * ffn)
+    return model["num_layers"] * (2 * h * q + 2 * h * kv + family.ffn_maps * h * ffn)
+
+
+def parameters(model: dict[str, Any], family: Family, vocab: int, seq_length: int) -> int:
+    """Weights of the model the section describes: every linear map of the layers, the
+    token embedding (a tied LM head once; none for a classifier), a head transform, the
+    patch embedding and the learned position table. Biases and norms are left out (0.5 % of
+    GPT-2 at ``cpu-small``: 1,327,104 of 1,334,016; 1.0 % of its ViT)."""
+    h, extra = model["hidden_size"], model.get("extra") or {}
+    n = layer_weights(model, family)
     n += vocab * h if family.lm_head else 0
     n += h * h if family.head_transform else 0
     if family.patch_embedding:
@@ -75,6 +84,18 @@ def budget_tokens_per_param(data: dict[str, Any], steps: int) -> tuple[float, in
     seq = data["data"]["seq_length"]
     n = parameters(data["model"], family, vocabulary(data) if family.lm_head else 0, seq)
     return steps * data["train"]["global_batch_size"] * seq / n, n
+
+
+def recipe_for(family: Family, weights: int) -> tuple[Recipe, str]:
+    """The family's recipe for a model with ``weights`` in its layers' linear maps: the one
+    measured on the size nearest in log (the switch between two measured sizes sits at their
+    geometric mean), and how it was chosen."""
+    recipe = min(family.recipes, key=lambda r: abs(math.log(weights / r.layer_weights)))
+    how = f"the recipe measured on a model of {recipe.layer_weights:,} layer weights"
+    if len(family.recipes) > 1:
+        sizes = ", ".join(f"{r.layer_weights:,}" for r in family.recipes)
+        how += f", the nearest in log size of those measured ({sizes})"
+    return recipe, how
 
 
 def _mix(a: float, b: float, t: float) -> float:
@@ -135,7 +156,7 @@ def expand_recipe(data: dict[str, Any], given: set[str]) -> dict[str, Any]:
     if data.get("vcycle", {}).get("recipe") != "auto":
         return data
     family = get_family(data["model"]["family"])
-    if family.recipe is None:
+    if not family.recipes:
         raise ValueError(f"vcycle.recipe: auto: no V-cycle has been measured for the "
                          f"{family.name} family yet (write the phases, recipe: none)")
     phases = data["phases"]
@@ -146,19 +167,22 @@ def expand_recipe(data: dict[str, Any], given: set[str]) -> dict[str, Any]:
     d = data["data"]
     budget, lr, warmup = phases[0]["steps"], phases[0]["lr"], phases[0]["warmup"]
     per_param, n = budget_tokens_per_param(data, budget)
-    ns, start = family.recipe.no_saving, no_cycle_from(family.recipe)
+    weights = layer_weights(data["model"], family)
+    recipe, size_how = recipe_for(family, weights)
+    model_words = (f"{family.name} at {per_param:.3g} tokens/param ({budget} steps x "
+                   f"{data['train']['global_batch_size']} x {d['seq_length']} tokens, {n:,} "
+                   f"parameters, {weights:,} in the layers' linear maps)")
+    ns, start = recipe.no_saving, no_cycle_from(recipe)
     if ns is not None and per_param >= start:
-        _check_given(data, family.recipe.vcycle, given)
+        _check_given(data, recipe.vcycle, given)
         out = copy.deepcopy(data)
         out["vcycle"] = {**out["vcycle"], "recipe": "chosen", "chosen": (
-            f"{family.name} at {per_param:.3g} tokens/param ({budget} steps x "
-            f"{data['train']['global_batch_size']} x {d['seq_length']} tokens, {n:,} "
-            f"parameters): no V-cycle, the baseline as given (from {start:.3g} tokens/param "
+            f"{model_words}: no V-cycle, the baseline as given (from {start:.3g} tokens/param "
             f"up; at {ns.tokens_per_param:g} the cycle was measured to cost more: "
-            f"{ns.measured}, {ns.source})")}
+            f"{ns.measured}, {ns.source}; {size_how})")}
         return out
-    point, how = point_at(family.recipe, per_param)
-    vcycle = {**family.recipe.vcycle, **point.shape}
+    point, how = point_at(recipe, per_param)
+    vcycle = {**recipe.vcycle, **point.shape}
     _check_given(data, vcycle, given)
     rewarm = max(1, round(point.rewarm * budget))
     level1_lr = lr * point.lr
@@ -172,13 +196,11 @@ def expand_recipe(data: dict[str, Any], given: set[str]) -> dict[str, Any]:
         {"level": 1, "steps": steps[2], "lr": level1_lr, "warmup": rewarm},
     ]
     out["vcycle"]["chosen"] = (
-        f"{family.name} at {per_param:.3g} tokens/param ({budget} steps x "
-        f"{data['train']['global_batch_size']} x {d['seq_length']} tokens, {n:,} parameters): "
-        f"level 2 {_shape_words(vcycle)}, "
+        f"{model_words}: level 2 {_shape_words(vcycle)}, "
         f"levels 1/2/1 for {steps[0]}/{steps[1]}/{steps[2]} steps "
         f"({point.first:.4g}/{point.small:.4g}/{point.last:.4g} of the budget), level-1 lr "
         f"{point.lr:.3g}x the baseline's {lr:g}, level 2 at {point.small_lr:.3g}x that; "
-        f"from {how}")
+        f"from {how}; {size_how}")
     return out
 
 

@@ -16,7 +16,13 @@ from mlsys.bench.profile import load_profile, run_configs
 from mlsys.config import ConfigError, load_run_config, parse_run_config
 from mlsys.families import get_family
 from mlsys.families.base import NoSaving, Recipe, RecipePoint
-from mlsys.recipe import budget_tokens_per_param, no_cycle_from, parameters, point_at
+from mlsys.recipe import (
+    budget_tokens_per_param,
+    layer_weights,
+    no_cycle_from,
+    parameters,
+    point_at,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 ZERO1 = str(ROOT / "configs/ds/zero1.json")
@@ -63,7 +69,9 @@ def test_each_measured_point_is_at_the_budget_the_parameter_count_gives(family):
     seq = profile["data"]["seq_length"]
     f = get_family(family)
     n = parameters(model, f, 4096 if f.lm_head else 0, seq)
-    assert f.recipe.points[0].tokens_per_param == pytest.approx(2000 * 16 * seq / n, rel=2e-3)
+    (recipe,) = f.recipes
+    assert recipe.points[0].tokens_per_param == pytest.approx(2000 * 16 * seq / n, rel=2e-3)
+    assert recipe.layer_weights == layer_weights(model, f)
 
 
 @pytest.mark.parametrize("family", ["gpt", "bert", "llama", "vit"])
@@ -87,14 +95,14 @@ def test_parameter_count_is_within_1_5_percent_of_the_built_model(family):
 def test_between_two_points_every_number_is_interpolated_in_log_budget():
     a = RecipePoint(1.0, first=0.1, small=0.4, last=0.8, lr=1.0, small_lr=2.0, source="a")
     b = RecipePoint(100.0, first=0.3, small=0.8, last=0.4, lr=0.5, small_lr=1.0, source="b")
-    recipe = Recipe(vcycle={}, points=(a, b))
+    recipe = Recipe(vcycle={}, points=(a, b), layer_weights=1)
     mid, how = point_at(recipe, 10.0)  # halfway in log
     assert (mid.first, mid.small, mid.last, mid.lr, mid.small_lr) == pytest.approx(
         (0.2, 0.6, 0.6, 0.75, 1.5))
     assert "interpolated" in how
     assert point_at(recipe, 0.5)[0] is a and point_at(recipe, 1000.0)[0] is b
     with pytest.raises(ValueError, match="increasing"):
-        Recipe(vcycle={}, points=(b, a))
+        Recipe(vcycle={}, points=(b, a), layer_weights=1)
 
 
 def test_between_points_of_different_shapes_the_nearer_is_taken_whole():
@@ -103,12 +111,13 @@ def test_between_points_of_different_shapes_the_nearer_is_taken_whole():
     a = RecipePoint(1.0, first=0.1, small=0.4, last=0.8, lr=1.0, small_lr=2.0, source="a")
     b = RecipePoint(100.0, first=0.3, small=0.8, last=0.4, lr=0.5, small_lr=1.0, source="b",
                     rewarm=0.002, shape={"length": 2})
-    recipe = Recipe(vcycle={"width": 2}, points=(a, b))
+    recipe = Recipe(vcycle={"width": 2}, points=(a, b), layer_weights=1)
     assert point_at(recipe, 9.9)[0] is a and point_at(recipe, 10.1)[0] is b
     assert "another shape" in point_at(recipe, 9.9)[1]
     c = RecipePoint(1000.0, first=0.1, small=0.2, last=0.9, lr=1.0, small_lr=1.0, source="c",
                     rewarm=0.004, shape={"length": 2})
-    mid, how = point_at(Recipe(vcycle={"width": 2}, points=(a, b, c)), 10 ** 2.5)
+    mid, how = point_at(Recipe(vcycle={"width": 2}, points=(a, b, c), layer_weights=1),
+                        10 ** 2.5)
     assert (mid.first, mid.small, mid.rewarm) == pytest.approx((0.2, 0.5, 0.003))
     assert mid.shape == {"length": 2}
     assert "interpolated" in how
@@ -123,10 +132,12 @@ def test_a_points_shape_and_warmup_reach_the_chosen_config(monkeypatch):
     import mlsys.recipe
 
     gpt = get_family("gpt")
-    point = RecipePoint(gpt.recipe.points[0].tokens_per_param, first=0.05, small=0.5,
+    (measured,) = gpt.recipes
+    point = RecipePoint(measured.points[0].tokens_per_param, first=0.05, small=0.5,
                         last=0.75, lr=1.0, small_lr=1.0, source="p", rewarm=0.004,
                         shape={"length": 2})
-    family = dataclasses.replace(gpt, recipe=Recipe(vcycle=gpt.recipe.vcycle, points=(point,)))
+    family = dataclasses.replace(
+        gpt, recipes=(dataclasses.replace(measured, points=(point,), no_saving=None),))
     monkeypatch.setattr(mlsys.recipe, "get_family", lambda name: family)
     raw = yaml.safe_load((ROOT / "configs/tiny-gpt-vcycle.yaml").read_text())
     raw["phases"][0]["steps"] = 5000
@@ -140,6 +151,39 @@ def test_a_points_shape_and_warmup_reach_the_chosen_config(monkeypatch):
         parse_run_config(raw)
 
 
+def test_a_model_gets_the_recipe_measured_nearest_its_size(monkeypatch):
+    """With recipes measured at two sizes, ``auto`` takes the one nearer in log(layer
+    weights): the switch sits at their geometric mean (4 × 128 and 6 × 192: 1,444,768, between
+    7 and 8 layers of 128) and the chosen words name the size. Recipes out of size order are
+    refused, naming the field."""
+    import dataclasses
+
+    import mlsys.recipe
+
+    gpt = get_family("gpt")
+    (small,) = gpt.recipes
+    point = RecipePoint(3.0, first=0.05, small=0.5, last=0.75, lr=2.0, small_lr=1.0,
+                        source="p", rewarm=0.004)
+    big = Recipe(vcycle={**small.vcycle, "length": 2}, points=(point,),
+                 layer_weights=2_654_208)
+    family = dataclasses.replace(gpt, recipes=(small, big))
+    monkeypatch.setattr(mlsys.recipe, "get_family", lambda name: family)
+    raw = yaml.safe_load((ROOT / "configs/tiny-gpt-vcycle.yaml").read_text())
+    raw["phases"][0]["steps"] = 1000
+
+    def chosen(layers: int):
+        return parse_run_config({**raw, "model": {**raw["model"], "num_layers": layers}}).vcycle
+
+    for layers, length in [(4, 1), (6, 1), (8, 2), (48, 2)]:
+        vcycle = chosen(layers)
+        assert vcycle.length == length, layers
+        size = big.layer_weights if length == 2 else small.layer_weights
+        assert f"measured on a model of {size:,} layer weights, the nearest" in vcycle.chosen
+        assert f"{layers * 196_608:,} in the layers' linear maps" in vcycle.chosen
+    with pytest.raises(ValueError, match="recipes: gpt's, by strictly increasing"):
+        dataclasses.replace(gpt, recipes=(big, small))
+
+
 def test_the_chosen_config_validates_as_itself_and_resumes_as_written():
     cfg = load_run_config(ROOT / "configs/tiny-gpt-vcycle.yaml")
     assert [p.level for p in cfg.phases] == [1, 2, 1] and cfg.vcycle.recipe == "chosen"
@@ -150,7 +194,7 @@ def test_towards_a_budget_where_the_cycle_cost_more_auto_keeps_the_baseline():
     """GPT-2's cycle saved at 3.09 tokens/param and cost more at 10: from their geometric
     mean (5.56) up, ``auto`` trains the baseline as given (one phase, its own lr and warmup)
     and says why; just below, the cycle of the nearest point."""
-    recipe = get_family("gpt").recipe
+    (recipe,) = get_family("gpt").recipes
     start = no_cycle_from(recipe)
     assert start == pytest.approx((3.09 * 10.0) ** 0.5)
     raw = yaml.safe_load((ROOT / "configs/tiny-gpt-vcycle.yaml").read_text())
@@ -168,7 +212,8 @@ def test_towards_a_budget_where_the_cycle_cost_more_auto_keeps_the_baseline():
     assert parse_run_config(cfg.model_dump()) == cfg
     point = RecipePoint(3.0, first=0.1, small=0.4, last=0.8, lr=1.0, small_lr=2.0, source="a")
     with pytest.raises(ValueError, match="no_saving: its budget must be above"):
-        Recipe(vcycle={}, points=(point,), no_saving=NoSaving(3.0, measured="x", source="y"))
+        Recipe(vcycle={}, points=(point,), layer_weights=1,
+               no_saving=NoSaving(3.0, measured="x", source="y"))
 
 
 def test_set_edits_the_budget_as_written(tmp_path):

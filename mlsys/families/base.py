@@ -182,6 +182,10 @@ class Recipe:
     adds to them)."""
     points: tuple[RecipePoint, ...]
     """The measured points, by increasing ``tokens_per_param`` (at least one)."""
+    layer_weights: int
+    """The size of the model its points were measured on: the weights of its layers' linear
+    maps (``mlsys.recipe.layer_weights``, embeddings left out). A family with recipes at
+    several sizes gives a model the one measured nearest to its own size in log."""
     no_saving: NoSaving | None = None
     """Where the cycle was measured not to save (above every point), if anywhere."""
 
@@ -191,6 +195,8 @@ class Recipe:
             raise ValueError("points: give at least one, by strictly increasing tokens_per_param")
         if self.no_saving is not None and self.no_saving.tokens_per_param <= budgets[-1]:
             raise ValueError("no_saving: its budget must be above every point's")
+        if self.layer_weights <= 0:
+            raise ValueError("layer_weights: the measured model's size, a positive count")
 
 
 @dataclass(frozen=True)
@@ -268,16 +274,19 @@ class Family:
     length: Length | None = None
     """The submodules a length-coalesced level calls (``Length``); None: the family has no
     length levels (``vcycle.length`` must be 1)."""
-    recipe: Recipe | None = None
-    """The measured best V-cycle as a rule of the budget (``Recipe``), what
-    ``vcycle.recipe: auto`` chooses; None: not measured for this family (auto is refused).
-    """
+    recipes: tuple[Recipe, ...] = ()
+    """The measured best V-cycle as a rule of the budget (``Recipe``), one per model size it
+    was measured at (by increasing ``layer_weights``): what ``vcycle.recipe: auto`` chooses;
+    empty: not measured for this family (auto is refused)."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind: {self.kind!r} is not one of {KINDS}")
         if TRAIN_TASK[self.kind] not in self.tasks:
             raise ValueError(f"tasks: {self.name} lists no {TRAIN_TASK[self.kind]!r} class")
+        sizes = [r.layer_weights for r in self.recipes]
+        if sizes != sorted(set(sizes)):
+            raise ValueError(f"recipes: {self.name}'s, by strictly increasing layer_weights")
 
     @property
     def classes(self) -> tuple[str, ...]:

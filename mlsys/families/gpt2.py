@@ -24,6 +24,7 @@ _H = out("hidden")
 # 13): not shipped. A point of its own shape is one RecipePoint(..., shape={"length": 2}).
 RECIPE = Recipe(
     vcycle={**MEASURED_TRANSITION, "width": 2, "depth": 2},
+    layer_weights=786_432,  # cpu-small's 4 layers x 128 (ffn 512)
     points=(RecipePoint(3.09, first=0.05, small=0.80, last=0.60, lr=1.0, small_lr=2.0,
                         source="docs/results/cpu-budget-gpt-gpt-b2000.md, gpt-ls-b2000"),),
     no_saving=NoSaving(10.0, measured="gpt-ls-b6500-lr2e-3 and gpt-vc-b6500-lr2e-3: (a) not "
@@ -70,5 +71,5 @@ GPT2 = Family(
     head_norm=("transformer.ln_f.weight", "transformer.ln_f.bias"),
     pre_ln=True,
     length=Length(word_embedding="transformer.wte", backbone="transformer", head="lm_head"),
-    recipe=RECIPE,
+    recipes=(RECIPE,),
 )

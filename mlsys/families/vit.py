@@ -78,6 +78,7 @@ def _embeddings(base: str, distillation: bool) -> dict:
 # +18.0 % (a), +24.6 % (b)), at half the baseline's lr (2.5e-4 against 5e-4, bracketed).
 RECIPE = Recipe(
     vcycle={**MEASURED_TRANSITION, "width": 1, "depth": 2},
+    layer_weights=786_432,  # cpu-small's 4 layers x 128 (ffn 512)
     points=(RecipePoint(0.669, first=0.05, small=0.50, last=0.5625, lr=0.5, small_lr=1.0,
                         source="docs/results/cpu-small-vit.md, depth-wsd-budget-s1125"),),
 )
@@ -94,7 +95,7 @@ VIT = Family(
     layer=_LAYER,
     residual_out=_RESIDUAL_OUT,
     pre_ln=True,
-    recipe=RECIPE,
+    recipes=(RECIPE,),
 )
 
 DEIT = Family(

@@ -33,6 +33,9 @@ CHOSEN = ("scheme", "alpha", "width", "depth", "length", "depth_mapping", "optim
 @pytest.mark.parametrize("profile, family, run, budget, baseline_lr", [
     # cpu-budget at 2000 steps: the best baseline (wsd) and the best cycle both at 2e-3
     ("cpu-budget-gpt", "gpt", "gpt-ls-b2000-lr2e-3", 2000, 2.0e-3),
+    # cpu-size-gpt (6 x 192: its own recipe) at 5000 steps: the target at 1e-3, the width,
+    # depth and length cycle at 2e-3
+    ("cpu-size-gpt", "gpt", "gpt-lwd1x-lr2e-3", 5000, 1.0e-3),
     # cpu-budget-bert at 2000 steps: the target and the compound (depth + length) cycle both
     # at 1e-3, its last phase cut to 1070 steps
     ("cpu-budget-bert", "bert", "bert-ld-b2000-cut-lr1e-3-s1070", 2000, 1.0e-3),
@@ -60,17 +63,21 @@ def test_auto_at_the_measured_budget_is_the_measured_run(profile, family, run, b
     assert run.split("-lr")[0] in auto["vcycle"]["chosen"]
 
 
-@pytest.mark.parametrize("family", ["gpt", "bert", "vit"])
-def test_each_measured_point_is_at_the_budget_the_parameter_count_gives(family):
-    """The point's tokens per parameter is what ``parameters`` counts for the model it was
-    measured on (cpu-small's shape, 2000 steps of 16 sequences)."""
-    profile = load_profile("cpu-small", ROOT).families[family]
-    model = {"max_position": 512, "ffn_size": None, "extra": {}, **profile["model"]}
-    seq = profile["data"]["seq_length"]
+@pytest.mark.parametrize("family, size, profile, budget", [
+    ("gpt", 0, "cpu-small", 2000), ("gpt", 1, "cpu-size-gpt", 5000),
+    ("bert", 0, "cpu-small", 2000), ("vit", 0, "cpu-small", 2000)])
+def test_each_measured_point_is_at_the_budget_the_parameter_count_gives(family, size, profile,
+                                                                       budget):
+    """A recipe's size is what ``layer_weights`` counts for the model it was measured on, and
+    its first point's tokens per parameter what ``parameters`` counts there (the profile's
+    shape, ``budget`` steps of 16 sequences)."""
+    section = load_profile(profile, ROOT).families[family]
+    model = {"max_position": 512, "ffn_size": None, "extra": {}, **section["model"]}
+    seq = section["data"]["seq_length"]
     f = get_family(family)
     n = parameters(model, f, 4096 if f.lm_head else 0, seq)
-    (recipe,) = f.recipes
-    assert recipe.points[0].tokens_per_param == pytest.approx(2000 * 16 * seq / n, rel=2e-3)
+    recipe = f.recipes[size]
+    assert recipe.points[0].tokens_per_param == pytest.approx(budget * 16 * seq / n, rel=2e-3)
     assert recipe.layer_weights == layer_weights(model, f)
 
 
@@ -132,7 +139,7 @@ def test_a_points_shape_and_warmup_reach_the_chosen_config(monkeypatch):
     import mlsys.recipe
 
     gpt = get_family("gpt")
-    (measured,) = gpt.recipes
+    measured = gpt.recipes[0]
     point = RecipePoint(measured.points[0].tokens_per_param, first=0.05, small=0.5,
                         last=0.75, lr=1.0, small_lr=1.0, source="p", rewarm=0.004,
                         shape={"length": 2})
@@ -151,35 +158,24 @@ def test_a_points_shape_and_warmup_reach_the_chosen_config(monkeypatch):
         parse_run_config(raw)
 
 
-def test_a_model_gets_the_recipe_measured_nearest_its_size(monkeypatch):
-    """With recipes measured at two sizes, ``auto`` takes the one nearer in log(layer
-    weights): the switch sits at their geometric mean (4 × 128 and 6 × 192: 1,444,768, between
-    7 and 8 layers of 128) and the chosen words name the size. Recipes out of size order are
-    refused, naming the field."""
+def test_a_model_gets_the_recipe_measured_nearest_its_size():
+    """GPT-2's recipes were measured at two sizes (4 × 128 and 6 × 192); ``auto`` takes the
+    one nearer in log(layer weights), so the switch sits at their geometric mean (1,444,768,
+    between 6 and 8 layers of 128), and the chosen words name both sizes. Recipes out of size
+    order are refused, naming the field."""
     import dataclasses
 
-    import mlsys.recipe
-
     gpt = get_family("gpt")
-    (small,) = gpt.recipes
-    point = RecipePoint(3.0, first=0.05, small=0.5, last=0.75, lr=2.0, small_lr=1.0,
-                        source="p", rewarm=0.004)
-    big = Recipe(vcycle={**small.vcycle, "length": 2}, points=(point,),
-                 layer_weights=2_654_208)
-    family = dataclasses.replace(gpt, recipes=(small, big))
-    monkeypatch.setattr(mlsys.recipe, "get_family", lambda name: family)
+    small, big = gpt.recipes
     raw = yaml.safe_load((ROOT / "configs/tiny-gpt-vcycle.yaml").read_text())
     raw["phases"][0]["steps"] = 1000
-
-    def chosen(layers: int):
-        return parse_run_config({**raw, "model": {**raw["model"], "num_layers": layers}}).vcycle
-
-    for layers, length in [(4, 1), (6, 1), (8, 2), (48, 2)]:
-        vcycle = chosen(layers)
-        assert vcycle.length == length, layers
-        size = big.layer_weights if length == 2 else small.layer_weights
-        assert f"measured on a model of {size:,} layer weights, the nearest" in vcycle.chosen
+    for layers, recipe in [(4, small), (6, small), (8, big), (48, big)]:
+        vcycle = parse_run_config({**raw, "model": {**raw["model"], "num_layers": layers}}).vcycle
+        assert vcycle.length == recipe.vcycle["length"], layers
+        assert f"measured on a model of {recipe.layer_weights:,} layer weights, the nearest" \
+            in vcycle.chosen
         assert f"{layers * 196_608:,} in the layers' linear maps" in vcycle.chosen
+    assert small.vcycle["length"] == 1 and big.vcycle["length"] == 2
     with pytest.raises(ValueError, match="recipes: gpt's, by strictly increasing"):
         dataclasses.replace(gpt, recipes=(big, small))
 
@@ -194,7 +190,7 @@ def test_towards_a_budget_where_the_cycle_cost_more_auto_keeps_the_baseline():
     """GPT-2's cycle saved at 3.09 tokens/param and cost more at 10: from their geometric
     mean (5.56) up, ``auto`` trains the baseline as given (one phase, its own lr and warmup)
     and says why; just below, the cycle of the nearest point."""
-    (recipe,) = get_family("gpt").recipes
+    recipe = get_family("gpt").recipes[0]  # cpu-small's size, the tiny config's
     start = no_cycle_from(recipe)
     assert start == pytest.approx((3.09 * 10.0) ** 0.5)
     raw = yaml.safe_load((ROOT / "configs/tiny-gpt-vcycle.yaml").read_text())
@@ -256,16 +252,26 @@ def test_set_cannot_give_a_field_the_recipe_sets():
     assert cfg.train.seed == 3 and cfg.vcycle.recipe == "chosen"
 
 
-def test_the_benchmark_sees_the_cycle_auto_chose():
-    """A profile's auto run is analysed as the cycle it is (levels, phases, what it chose),
-    not as the one-level baseline it was written as."""
-    from mlsys.bench.profile import run_configs
-
-    configs = run_configs(load_profile("cpu-size-gpt", ROOT), "gpt", Path("unused"))
-    auto = configs["gpt-auto-lr1e-3"]
-    assert [p["level"] for p in auto["phases"]] == [1, 2, 1]
-    assert [p["steps"] for p in auto["phases"]] == [250, 4000, 3000]
-    assert auto["vcycle"]["recipe"] == "chosen" and auto["vcycle"]["chosen"]
+def test_the_benchmark_sees_the_cycle_auto_chose(tmp_path):
+    """A profile's auto run is analysed as the cycle it is (levels, phases, lrs, what it
+    chose), not as the one-level baseline it was written as: cpu-size-gpt with an auto entry
+    is the length cycle measured there."""
+    profile = yaml.safe_load((ROOT / "configs/bench/cpu-size-gpt.yaml").read_text())
+    profile["runs"] = {"auto": {"vcycle": {"recipe": "auto"},
+                                "train": {"decay": "wsd", "decay_fraction": 0.2},
+                                "phases": [{"level": 1, "steps": 5000, "lr": 1.0e-3,
+                                            "warmup": 50}],
+                                "sweep": {"lr": [1.0e-3]}}}
+    profile.pop("seeds")
+    (tmp_path / "configs/bench").mkdir(parents=True)
+    (tmp_path / "configs/bench/size-auto.yaml").write_text(yaml.safe_dump(profile))
+    configs = run_configs(load_profile("size-auto", tmp_path), "gpt", Path("unused"))
+    auto = configs["auto-lr1e-3"]
+    assert [(p["level"], p["steps"], p["lr"]) for p in auto["phases"]] == \
+        [(1, 250, 2.0e-3), (2, 2500, 2.0e-3), (1, 3750, 2.0e-3)]
+    assert (auto["vcycle"]["width"], auto["vcycle"]["depth"], auto["vcycle"]["length"]) == \
+        (2, 2, 2)
+    assert auto["vcycle"]["recipe"] == "chosen" and "gpt-lwd1x" in auto["vcycle"]["chosen"]
 
 
 def test_the_words_of_what_auto_chose_are_not_a_config_change():

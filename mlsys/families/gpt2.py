@@ -38,9 +38,9 @@ RECIPE_4X128 = Recipe(
 # and sequence length halved, 5 / 50 / 75 % of the budget, both levels at 2x the baseline's lr
 # (2e-3 against 1e-3; 1e-3 ended 0.0008 above the target) does, at 3 of 3 seeds: (a) +18.0 %
 # +- 0.3, (b) +18.9 % +- 0.6 (the frontier extended to 7500 steps; docs/budget-plan.md
-# sections 23-25). Only this budget was measured at this size: auto trains this cycle at every budget
-# for models nearer this size than cpu-small's (its lead at 10 and 20.8 tokens/param is
-# measured on 4 x 128 only, docs/results.md).
+# sections 23-25). Only this budget was measured at this size: auto trains this cycle at
+# every budget for models nearer this size than cpu-small's (its lead at 10 and 20.8
+# tokens/param is measured on 4 x 128 only, docs/results.md).
 RECIPE_6X192 = Recipe(
     vcycle={**MEASURED_TRANSITION, "width": 2, "depth": 2, "length": 2},
     layer_weights=2_654_208,  # cpu-size-gpt's 6 layers x 192 (ffn 768)

@@ -14,14 +14,14 @@ from mlsys.families.base import (
 
 _H = out("hidden")
 
-# Width and depth halved (cpu-budget-gpt at 2000 steps, 3 seeds: +14.8 % (a), +11.1 % (b)),
+# Width and depth halved (cpu-budget-gpt at 2000 steps, 3 seeds: (a) at 2 of 3, (b) +13.6 %),
 # its best lr the baseline's (2e-3 both, grid 1e-3 ... 4e-3 bracketing it). At 6500 steps the
 # same shape and a shorter small phase cost 17 % more than the frontier, at 13500 32 %: the
 # small phase gains a fixed amount, and the de-coalesced model learns at 0.5-0.9 of a
 # baseline's pace after it (docs/budget-plan.md section 11). Width, depth and length halved
 # with level 2 at 1x saved 14-16 % at 10 and 20.8 tokens/param at the own seed (section 12),
-# but at 10 over 3 seeds it reached the paired target at 1 of 3 ((b) +10.7 % +- 5.7, section
-# 13): not shipped. A point of its own shape is one RecipePoint(..., shape={"length": 2}).
+# but at 10 over 3 seeds it reached the paired target at 1 of 3 ((b) +12.0 % +- 2.4, section
+# 26): not shipped. A point of its own shape is one RecipePoint(..., shape={"length": 2}).
 RECIPE_4X128 = Recipe(
     vcycle={**MEASURED_TRANSITION, "width": 2, "depth": 2},
     layer_weights=786_432,  # cpu-small's 4 layers x 128 (ffn 512)

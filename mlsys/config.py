@@ -231,8 +231,10 @@ class DataConfig(_Strict):
     train_samples: int | None = Field(default=None, gt=0)
     """Samples the training dataset is built for; null: what the run consumes (its total
     steps after ``schedule.scale`` × ``train.global_batch_size``), which is also the minimum.
-    The sample order depends on it, so runs of different lengths that set it equal (with the
-    same data and ``train.seed``) read the same token order."""
+    Past one epoch of the train split the sample order depends on it, so runs of different
+    lengths that set it equal (with the same data and ``train.seed``) read the same token
+    order; up to one epoch of a single corpus it does not (every count builds that epoch in
+    the same order), so a run extended from another's checkpoint may raise it."""
 
     @model_validator(mode="after")
     def _both_or_neither(self) -> DataConfig:

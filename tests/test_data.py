@@ -77,6 +77,23 @@ def test_gpt_deterministic_per_seed_and_multi_epoch(gpt_data, tmp_path):
     assert many[len(many) - 1]["tokens"].shape == (SEQ,)
 
 
+def test_gpt_order_within_one_epoch_does_not_depend_on_the_sample_count(gpt_data, tmp_path):
+    """Any count up to one epoch builds the same epoch in the same order (a run may raise
+    ``data.train_samples`` when it is extended, as cpu-size-gpt's 17000-step forks do); past
+    an epoch the count changes the order."""
+    few, _, _ = _gpt(gpt_data, tmp_path, seed=11, n=5)
+    epoch = len(few)
+    full, _, _ = build_datasets("causal", gpt_data["data_prefix"], gpt_data["tokenizer_dir"], SEQ,
+                                11, (epoch, 0, 0), split="100,0,0",
+                                cache_dir=str(tmp_path / "full"))
+    assert len(full) == epoch > 5
+    assert all(torch.equal(few[i]["tokens"], full[i]["tokens"]) for i in range(epoch))
+    two, _, _ = build_datasets("causal", gpt_data["data_prefix"], gpt_data["tokenizer_dir"], SEQ,
+                               11, (2 * epoch, 0, 0), split="100,0,0",
+                               cache_dir=str(tmp_path / "two"))
+    assert not all(torch.equal(few[i]["tokens"], two[i]["tokens"]) for i in range(epoch))
+
+
 def test_gpt_split_and_hf_loss(gpt_data, tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 

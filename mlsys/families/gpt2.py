@@ -20,8 +20,9 @@ _H = out("hidden")
 # small phase gains a fixed amount, and the de-coalesced model learns at 0.5-0.9 of a
 # baseline's pace after it (docs/budget-plan.md section 11). Width, depth and length halved
 # with level 2 at 1x saved 14-16 % at 10 and 20.8 tokens/param at the own seed (section 12),
-# but at 10 over 3 seeds it reached the paired target at 1 of 3 ((b) +12.0 % +- 2.4, section
-# 26): not shipped. A point of its own shape is one RecipePoint(..., shape={"length": 2}).
+# but over 3 seeds it reached the paired target at 1 of 3 at 10 ((b) +12.0 % +- 2.4, section
+# 26) and at 0 of 3 at 20.8 ((b) +15.2 % +- 1.8, section 28): not shipped. A point of its
+# own shape is one RecipePoint(..., shape={"length": 2}).
 RECIPE_4X128 = Recipe(
     vcycle={**MEASURED_TRANSITION, "width": 2, "depth": 2},
     layer_weights=786_432,  # cpu-small's 4 layers x 128 (ffn 512)

@@ -13,9 +13,10 @@ from mlsys.data.stream import batches, micro_indices
 SEQ = 64
 
 
-def _gpt(gpt_data, tmp_path, seed=1, n=50, split="100,0,0"):
+def _gpt(gpt_data, tmp_path, seed=1, n=50, split="100,0,0", cache=None):
     return build_datasets("causal", gpt_data["data_prefix"], gpt_data["tokenizer_dir"], SEQ, seed,
-                          (n, 0, 0), split=split, cache_dir=str(tmp_path / f"cache{seed}"))
+                          (n, 0, 0), split=split,
+                          cache_dir=str(tmp_path / (cache or f"cache{seed}")))
 
 
 def _contains(haystack: np.ndarray, needle: np.ndarray) -> bool:
@@ -83,14 +84,10 @@ def test_gpt_order_within_one_epoch_does_not_depend_on_the_sample_count(gpt_data
     an epoch the count changes the order."""
     few, _, _ = _gpt(gpt_data, tmp_path, seed=11, n=5)
     epoch = len(few)
-    full, _, _ = build_datasets("causal", gpt_data["data_prefix"], gpt_data["tokenizer_dir"], SEQ,
-                                11, (epoch, 0, 0), split="100,0,0",
-                                cache_dir=str(tmp_path / "full"))
+    full, _, _ = _gpt(gpt_data, tmp_path, seed=11, n=epoch, cache="full")
     assert len(full) == epoch > 5
     assert all(torch.equal(few[i]["tokens"], full[i]["tokens"]) for i in range(epoch))
-    two, _, _ = build_datasets("causal", gpt_data["data_prefix"], gpt_data["tokenizer_dir"], SEQ,
-                               11, (2 * epoch, 0, 0), split="100,0,0",
-                               cache_dir=str(tmp_path / "two"))
+    two, _, _ = _gpt(gpt_data, tmp_path, seed=11, n=2 * epoch, cache="two")
     assert not all(torch.equal(few[i]["tokens"], two[i]["tokens"]) for i in range(epoch))
 
 

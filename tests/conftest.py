@@ -1,8 +1,30 @@
-"""Shared fixtures."""
+"""Shared fixtures, and a failure's reason written as it happens."""
 
 from __future__ import annotations
 
 import pytest
+
+
+class _FailuresAtOnce:
+    """Writes each failure's last traceback lines when it happens, not only in the summary at
+    the end: a run cut off by a time limit (CI's 90 minutes) still shows why tests failed."""
+
+    def __init__(self, terminal) -> None:
+        self.terminal = terminal
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed:
+            tail = report.longreprtext.splitlines()[-12:]
+            self.terminal.write_line(f"\nFAILED {report.nodeid} ({report.when}):")
+            for line in tail:
+                self.terminal.write_line(f"    {line}")
+
+
+@pytest.hookimpl(trylast=True)  # after the terminal reporter is registered
+def pytest_configure(config: pytest.Config) -> None:
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    if terminal is not None:
+        config.pluginmanager.register(_FailuresAtOnce(terminal), "failures-at-once")
 
 
 def _tiny_corpus(root, kind: str, limit: int, **shard_options) -> dict:

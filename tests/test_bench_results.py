@@ -222,6 +222,45 @@ def test_a_changed_config_does_not_take_the_committed_result(gpt_data, tmp_path)
     assert committed == set() and list(chosen) == ["stable", "wsd"]
 
 
+def test_rerun_sources_trains_a_chain_of_committed_sources_again_from_its_first(
+        gpt_data, tmp_path):
+    """A fork of a fork, both sources committed only: --rerun-sources trains the whole chain
+    again (stable, then long from it, then the fork), not only the nearest source."""
+    from mlsys.config import parse_run_config
+
+    root = tmp_path / "repo"
+    _profile(root, gpt_data)
+    path = root / "configs" / "bench" / "tiny.yaml"
+    profile = yaml.safe_load(path.read_text())
+    wsd = profile["runs"]["wsd"]
+    wsd["fork"]["from"], wsd["phases"][0]["steps"] = "long", 20
+    profile["runs"] = {"stable": profile["runs"]["stable"],
+                       "long": {"fork": {"from": "stable", "source_end": True},
+                                "train": {"decay": "constant"},
+                                "phases": [{"level": 1, "steps": 16, "lr": 1e-3}]},
+                       "wsd": wsd}
+    path.write_text(yaml.safe_dump(profile, sort_keys=False))
+    results = runner.Results(root / "bench" / "results", "tiny", "gpt", root)
+    configs = run_configs(load_profile("tiny", root), "gpt", tmp_path / "runs")
+    for name in ("stable", "long"):  # committed results only: no checkpoints here
+        raw = {k: v for k, v in configs[name].items() if k != "fork"}
+        stored = parse_run_config(raw, source="x").model_dump(mode="json")
+        write_result(results.path(name), {"run_config": {**stored, "run_dir": "/gone"},
+                                          "fork": configs[name].get("fork"), "done": {},
+                                          "metrics": []})
+        assert results.matching(name, configs[name]) is not None
+    wanted = {"wsd": configs["wsd"]}
+    with pytest.raises(ConfigError, match=r"(?s)long \(committed.*needed by wsd.*"
+                                          r"stable \(committed.*needed by long"):
+        runner.plan_runs(configs, wanted, results)
+    runs, committed = runner.plan_runs(configs, wanted, results, rerun_sources=True)
+    assert list(runs) == ["stable", "long", "wsd"] and committed == set()
+    # asked for the middle of the chain as well: it is trained again, not taken as committed
+    both = {"long": configs["long"], "wsd": configs["wsd"]}
+    runs, committed = runner.plan_runs(configs, both, results, rerun_sources=True)
+    assert list(runs) == ["stable", "long", "wsd"] and committed == set()
+
+
 def test_a_run_that_would_read_a_sample_twice_stops_before_anything_trains(
         gpt_data, tmp_path, training_env):
     root = tmp_path / "repo"

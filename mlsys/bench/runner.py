@@ -362,16 +362,23 @@ def plan_runs(configs: dict[str, dict[str, Any]], chosen: dict[str, dict[str, An
     result stands for, not to be started). A run finished here with its config is left to
     ``start`` (it skips it). A fork that must still branch from its source needs the source's
     checkpoints, which a committed result does not carry: such a source is an error naming
-    it, or, with ``rerun_sources``, trained again first (its result replaced when done)."""
+    it, or, with ``rerun_sources``, trained again first (its result replaced when done), and
+    so, in turn, is its own source where that too has only a committed result (a chain of
+    forks is trained again from the first run whose checkpoints are here, or from scratch)."""
     committed = {n for n, c in chosen.items() if not done_here(c) and results.matching(n, c)}
     stale: dict[str, list[str]] = {}
-    for name, cfg in chosen.items():
-        if "fork" not in cfg or name in committed \
+    to_branch = list(chosen)  # runs to be trained: each must find its source's checkpoints
+    while to_branch:
+        name = to_branch.pop(0)
+        cfg = configs[name]
+        if "fork" not in cfg or (name in committed and name not in stale) \
                 or _same_config(_plain(cfg), RunDir(cfg["run_dir"])):
             continue  # nothing to branch: committed, or its own run dir resumes
         source = cfg["fork"]["from"]
         if not done_here(configs[source]) and (
                 source in committed or results.matching(source, configs[source])):
+            if source not in stale:
+                to_branch.append(source)  # trained again: it branches from its own source
             stale.setdefault(source, []).append(name)
     if stale and not rerun_sources:
         lines = [f"  {source} (committed: {results.path(source)}) is needed by "

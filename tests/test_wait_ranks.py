@@ -67,3 +67,31 @@ def test_the_deadline_ends_every_rank_still_running_and_names_them() -> None:
 def test_ranks_that_end_in_time_return_their_code() -> None:
     ranks = [_python("pass"), _python("pass")]
     assert spawn.wait_ranks(ranks, deadline=time.monotonic() + 60) == 0
+
+
+def test_a_caller_that_fails_stops_its_watched_processes(monkeypatch, tmp_path) -> None:
+    """Left by an exception, a StopForwarder sends SIGTERM to what it watches (a training
+    checkpoints on it: here the child writes a file) and waits; one that ignores SIGTERM is
+    killed after the grace; nothing is left running."""
+    monkeypatch.setattr(spawn, "EXIT_GRACE_SECONDS", 2.0)
+    done = tmp_path / "checkpointed"
+    polite = _ready(_python(
+        "import pathlib, signal, sys, time\n"
+        f"signal.signal(signal.SIGTERM, lambda *a: (pathlib.Path({str(done)!r}).write_text('x'),"
+        " sys.exit(0)))\n"
+        "print('ready', flush=True); time.sleep(60)"))
+    stuck = _ready(_python(IGNORES_SIGTERM))
+    with pytest.raises(ValueError, match="the runner failed"):
+        with spawn.StopForwarder() as stop:
+            stop.watch([polite, stuck])
+            raise ValueError("the runner failed")
+    assert polite.returncode == 0 and done.read_text() == "x"
+    assert stuck.returncode == -9
+
+
+def test_a_caller_that_ends_normally_leaves_its_processes_alone() -> None:
+    alive = _ready(_python("import time; print('ready', flush=True); time.sleep(60)"))
+    with spawn.StopForwarder() as stop:
+        stop.watch([alive])
+    assert alive.poll() is None
+    spawn.kill_ranks([alive])

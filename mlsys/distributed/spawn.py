@@ -39,13 +39,17 @@ def start_ranks(module: str, args: Sequence[str], nproc: int, env: dict[str, str
 
 
 GRACE_SECONDS = 10.0  # after a rank fails: SIGTERM to the others, SIGKILL this much later
+EXIT_GRACE_SECONDS = 300.0  # a StopForwarder left by an exception: SIGTERM, SIGKILL this later
 
 
 class StopForwarder:
     """While entered, the stop signals this process gets (``SIGNALS``: preemption, a time
     limit, Ctrl-C) are sent on to every process given to ``watch`` that is still alive, also to
     one watched after the signal came; ``signum`` is the first that came (None: none yet).
-    The handlers in place before are restored on exit."""
+    The handlers in place before are restored on exit. Left by an exception (the caller
+    failed), it stops every watched process still alive as a stop signal would (SIGTERM: a
+    training checkpoints and exits) and waits for them, ending those still alive
+    ``EXIT_GRACE_SECONDS`` later with SIGKILL: no run trains on unwatched after its caller."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -72,9 +76,20 @@ class StopForwarder:
         self._old = {s: signal.signal(s, self._handle) for s in SIGNALS}
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        for s, h in self._old.items():
-            signal.signal(s, h)
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        try:
+            if exc_type is not None:
+                self._send(self._procs, signal.SIGTERM)
+                stop_by = time.monotonic() + EXIT_GRACE_SECONDS
+                for p in self._procs:
+                    try:
+                        p.wait(timeout=max(0.0, stop_by - time.monotonic()))
+                    except subprocess.TimeoutExpired:
+                        pass
+                kill_ranks(self._procs)
+        finally:
+            for s, h in self._old.items():
+                signal.signal(s, h)
 
 
 def kill_ranks(procs: list[subprocess.Popen]) -> None:

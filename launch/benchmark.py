@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
                         "a run with a result there is not re-run, and the analysis reads it")
     p.add_argument("--rerun-sources", action="store_true",
                    help="retrain a fork source that has only a committed result (no "
-                        "checkpoints here) before its forks, instead of stopping")
+                        "checkpoints here) before its forks, instead of stopping (and its own "
+                        "source in turn, up the chain)")
     p.add_argument("--stop-trunks", action="store_true",
                    help="a selected run that other selected runs fork from is trained only to "
                         "their fork points, then stopped with a checkpoint (it resumes if "

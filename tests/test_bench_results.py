@@ -20,7 +20,7 @@ from mlsys.bench.profile import declared_in, load_profile, origin_of, run_config
 from mlsys.bench.report import NoTarget, compare
 from mlsys.bench.results import compact, read_result, result_path, write_result
 from mlsys.bench.schedule import Progress
-from mlsys.config import ConfigError
+from mlsys.config import ConfigError, parse_run_config
 from mlsys.train.checkpoint import complete_tags
 from mlsys.train.metrics import read_metrics
 from mlsys.train.rundir import RunDir
@@ -199,6 +199,14 @@ def test_training_before_the_budget_has_its_baseline_ends_without_an_analysis(
     assert at["budget"] == 12 and at["target"] in ("stable", "wsd")
 
 
+def _commit_only(results: runner.Results, name: str, cfg: dict) -> None:
+    """A committed result of run ``name`` made with ``cfg``, and no run directory here."""
+    raw = {k: v for k, v in cfg.items() if k != "fork"}
+    stored = parse_run_config(raw, source="x").model_dump(mode="json")
+    write_result(results.path(name), {"run_config": {**stored, "run_dir": "/gone"},
+                                      "fork": cfg.get("fork"), "done": {}, "metrics": []})
+
+
 def test_a_changed_config_does_not_take_the_committed_result(gpt_data, tmp_path):
     """Only a result made with the run's config (BOOKKEEPING fields aside) stands for it."""
     root = tmp_path / "repo"
@@ -206,12 +214,7 @@ def test_a_changed_config_does_not_take_the_committed_result(gpt_data, tmp_path)
     results = runner.Results(root / "bench" / "results", "tiny", "gpt", root)
     configs = run_configs(load_profile("tiny", root), "gpt", tmp_path / "runs")
     cfg = dict(configs["stable"])
-    raw = {k: v for k, v in cfg.items() if k != "fork"}
-    from mlsys.config import parse_run_config
-
-    stored = parse_run_config(raw, source="x").model_dump(mode="json")
-    write_result(results.path("stable"), {"run_config": {**stored, "run_dir": "/gone"},
-                                          "fork": None, "done": {}, "metrics": []})
+    _commit_only(results, "stable", cfg)
     assert results.matching("stable", cfg) is not None
     bookkeeping = {**cfg, "train": {**cfg["train"], "checkpoint_every": 3}}
     assert results.matching("stable", bookkeeping) is not None
@@ -226,8 +229,6 @@ def test_rerun_sources_trains_a_chain_of_committed_sources_again_from_its_first(
         gpt_data, tmp_path):
     """A fork of a fork, both sources committed only: --rerun-sources trains the whole chain
     again (stable, then long from it, then the fork), not only the nearest source."""
-    from mlsys.config import parse_run_config
-
     root = tmp_path / "repo"
     _profile(root, gpt_data)
     path = root / "configs" / "bench" / "tiny.yaml"
@@ -243,11 +244,7 @@ def test_rerun_sources_trains_a_chain_of_committed_sources_again_from_its_first(
     results = runner.Results(root / "bench" / "results", "tiny", "gpt", root)
     configs = run_configs(load_profile("tiny", root), "gpt", tmp_path / "runs")
     for name in ("stable", "long"):  # committed results only: no checkpoints here
-        raw = {k: v for k, v in configs[name].items() if k != "fork"}
-        stored = parse_run_config(raw, source="x").model_dump(mode="json")
-        write_result(results.path(name), {"run_config": {**stored, "run_dir": "/gone"},
-                                          "fork": configs[name].get("fork"), "done": {},
-                                          "metrics": []})
+        _commit_only(results, name, configs[name])
         assert results.matching(name, configs[name]) is not None
     wanted = {"wsd": configs["wsd"]}
     with pytest.raises(ConfigError, match=r"(?s)long \(committed.*needed by wsd.*"
